@@ -1,0 +1,154 @@
+"""The command line: ``gradsight demo | trace``."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+USAGE_TRACE = """gradsight trace SCRIPT [ARGS...] [--output run.db] [--trigger NAME[,NAME]] [--break EXPR]...
+                       [--every N] [--capture-window K] [--quiet]
+       gradsight trace -m MODULE [ARGS...] [options]
+
+gradsight's options may come before or after SCRIPT; everything after `--` goes to the script.
+Triggers: loss_spike, grad_explode, nan_inf, vanishing, dead_units (default: all), none, or a condition
+such as "layer('fc1').grad_norm > 50". --break EXPR pauses under a debugger, or ends the run
+(exit status 3, snapshot written) without one."""
+
+_VALUE_OPTIONS = {"-o": "output", "--output": "output", "--trigger": "trigger", "--break": "break",
+                  "--every": "every", "--capture-window": "capture_window", "--capture-bytes": "capture_bytes"}
+_FLAG_OPTIONS = {"--quiet": "quiet", "-q": "quiet"}
+
+
+class UsageError(Exception):
+    pass
+
+
+def split_trace_args(argv: list[str]) -> tuple[dict[str, list[str]], bool, str, list[str]]:
+    """(gradsight options, is_module, target, script args) from ``trace``'s argv."""
+    opts: dict[str, list[str]] = {}
+    target: str | None = None
+    module = False
+    script_args: list[str] = []
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "--":
+            rest = argv[i + 1:]
+            if target is None:
+                if not rest:
+                    raise UsageError("no script given after --")
+                target, rest = rest[0], rest[1:]
+            script_args.extend(rest)
+            break
+        name, eq, inline = arg.partition("=")
+        if name in _VALUE_OPTIONS:
+            if eq:
+                value = inline
+            else:
+                if i + 1 >= len(argv):
+                    raise UsageError(f"{name} needs a value")
+                i += 1
+                value = argv[i]
+            opts.setdefault(_VALUE_OPTIONS[name], []).append(value)
+        elif arg in _FLAG_OPTIONS:
+            opts.setdefault(_FLAG_OPTIONS[arg], []).append("1")
+        elif arg == "-m" and target is None:
+            if i + 1 >= len(argv):
+                raise UsageError("-m needs a module name")
+            module, target = True, argv[i + 1]
+            i += 1
+        elif target is None:
+            if arg.startswith("-"):
+                raise UsageError(f"unknown option {arg!r} before the script")
+            target = arg
+        else:
+            script_args.append(arg)
+        i += 1
+    if target is None:
+        raise UsageError("no script given")
+    return opts, module, target, script_args
+
+
+def _int_option(opts: dict[str, list[str]], key: str, default: int, minimum: int) -> int:
+    values = opts.get(key)
+    if not values:
+        return default
+    raw = values[-1]
+    try:
+        value = int(raw)
+    except ValueError:
+        raise UsageError(f"--{key.replace('_', '-')} must be a whole number, got {raw!r}") from None
+    if value < minimum:
+        raise UsageError(f"--{key.replace('_', '-')} must be at least {minimum}, got {value}")
+    return value
+
+
+def default_store(target: str) -> str:
+    stem = Path(target).stem if not target.startswith("-") else target
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return os.path.join(".gradsight", "runs", f"{stem.replace('.', '_')}-{stamp}.db")
+
+
+def cmd_trace(argv: list[str]) -> int:
+    if not argv or argv[0] in ("-h", "--help"):
+        print(USAGE_TRACE)
+        return 0 if argv else 2
+    from .conditions import ConditionError, parse
+    from .thresholds import ThresholdError, load
+
+    try:
+        opts, module, target, script_args = split_trace_args(argv)
+        from .runtime.session import DEFAULT_CAPTURE_BYTES, DEFAULT_CAPTURE_WINDOW, DEFAULT_EVERY, Settings
+        from .runtime.trace import run
+        from .runtime.triggers import BUILTIN, parse_trigger_list
+
+        names, conds = parse_trigger_list(opts.get("trigger", list(BUILTIN)))
+        breaks = tuple(parse(b) for b in opts.get("break", []))
+        settings = Settings(
+            triggers=tuple(names), conditions=tuple(conds), breaks=breaks,
+            every=_int_option(opts, "every", DEFAULT_EVERY, 1),
+            capture_window=_int_option(opts, "capture_window", DEFAULT_CAPTURE_WINDOW, 0),
+            capture_bytes=_int_option(opts, "capture_bytes", DEFAULT_CAPTURE_BYTES, 0),
+            thresholds=load(os.getcwd()),
+        )
+    except UsageError as exc:
+        print(f"gradsight trace: {exc}\n\n{USAGE_TRACE}", file=sys.stderr)
+        return 2
+    except ConditionError as exc:
+        print(f"gradsight trace: bad condition\n{exc}", file=sys.stderr)
+        return 2
+    except (ValueError, ThresholdError) as exc:
+        print(f"gradsight trace: {exc}", file=sys.stderr)
+        return 2
+    store = opts.get("output", [default_store(target)])[-1]
+    return run(target, script_args, module=module, store=store, settings=settings, quiet=bool(opts.get("quiet")))
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from .demo.run import run_demo
+
+    return run_demo(Path(args.out))
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "trace":
+        return cmd_trace(argv[1:])
+    parser = argparse.ArgumentParser(prog="gradsight", description="Debug PyTorch training: catch, trace and explain anomalies.")
+    parser.add_argument("--version", action="version", version=f"gradsight {__import__('gradsight').__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="{demo,trace}")
+    demo = sub.add_parser("demo", help="train a small transformer with a real fault, catch and explain it")
+    demo.add_argument("--out", default="gradsight-demo", help="folder for snapshot.db and the reports (default: ./gradsight-demo)")
+    sub.add_parser("trace", help="run an unchanged training script instrumented (see `gradsight trace --help`)")
+    args = parser.parse_args(argv)
+    if args.command == "demo":
+        return cmd_demo(args)
+    parser.print_help()
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Instrumentation of PyTorch training (imports torch)."""

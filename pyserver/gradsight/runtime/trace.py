@@ -1,0 +1,144 @@
+"""Run an unchanged script (or ``-m module``) as ``__main__`` under a session."""
+
+from __future__ import annotations
+
+import os
+import runpy
+import signal
+import sys
+import time
+import traceback
+from types import TracebackType
+from typing import Any
+
+from .session import GradsightStop, Session, Settings
+
+STOPPED_AT_BREAK = 3  # exit status when a --break breakpoint ended the run
+
+
+class Progress:
+    """A one-line status on a terminal, and a line per anomaly anywhere."""
+
+    def __init__(self, stream: Any = None, quiet: bool = False) -> None:
+        self.stream = stream or sys.stderr
+        self.tty = bool(getattr(self.stream, "isatty", lambda: False)()) and not quiet
+        self.quiet = quiet
+        self._shown = 0
+        self._last = 0.0
+        self._line = False
+
+    def __call__(self, session: Session) -> None:
+        for step, name in session.anomalies[self._shown:]:
+            self._clear()
+            print(f"gradsight: anomaly at step {step}: {name}", file=self.stream, flush=True)
+        self._shown = len(session.anomalies)
+        now = time.monotonic()
+        if self.tty and now - self._last > 0.25:
+            self._last = now
+            hist = session.history
+            loss = hist.current.scalars.get("loss") if hist is not None and hist.steps else None
+            text = f"gradsight: step {session.step}"
+            if loss is not None:
+                text += f" · loss {loss:.4g}"
+            text += f" · anomalies {len(session.anomalies)}"
+            self.stream.write("\r" + text + "\033[K")
+            self.stream.flush()
+            self._line = True
+
+    def _clear(self) -> None:
+        if self._line:
+            self.stream.write("\r\033[K")
+            self._line = False
+
+    def finish(self) -> None:
+        self._clear()
+
+
+def _user_traceback(tb: TracebackType | None, script: str | None) -> TracebackType | None:
+    """Drop gradsight's and runpy's frames from the top of a traceback."""
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    cur = tb
+    while cur is not None:
+        name = os.path.abspath(cur.tb_frame.f_code.co_filename)
+        if not name.startswith(here) and os.path.basename(name) != "runpy.py" and not name.startswith("<frozen"):
+            return cur
+        cur = cur.tb_next
+    return tb
+
+
+def run(target: str, args: list[str], *, module: bool, store: str, settings: Settings, quiet: bool = False) -> int:
+    """Run ``target`` instrumented; returns the exit status ``python target`` would have had."""
+    if not module and not os.path.isfile(target):
+        print(f"gradsight trace: no such script: {target}", file=sys.stderr)
+        return 2
+    progress = Progress(quiet=quiet)
+    argv0 = os.path.abspath(target) if not module else target
+    session = Session(store, settings=settings, script=argv0, argv=[target, *args], progress=progress)
+    old_argv, old_path0 = sys.argv[:], sys.path[0] if sys.path else None
+    sys.argv = [target, *args]
+    script_dir = os.path.dirname(os.path.abspath(target)) if not module else os.getcwd()
+    if sys.path:
+        sys.path[0] = script_dir
+    else:
+        sys.path.insert(0, script_dir)
+    previous_term = signal.getsignal(signal.SIGTERM)
+    if previous_term in (signal.SIG_DFL, None):
+        signal.signal(signal.SIGTERM, _terminate)
+    status = 0
+    outcome = "finished"
+    try:
+        if module:
+            runpy.run_module(target, run_name="__main__", alter_sys=True)
+        else:
+            runpy.run_path(target, run_name="__main__")
+    except SystemExit as exc:
+        status = _exit_status(exc.code)
+        outcome = "finished" if status == 0 else "failed"
+    except GradsightStop as exc:
+        progress.finish()
+        print(str(exc), file=sys.stderr)
+        status, outcome = STOPPED_AT_BREAK, "stopped"
+    except KeyboardInterrupt:
+        progress.finish()
+        print("KeyboardInterrupt", file=sys.stderr)
+        status, outcome = 130, "interrupted"
+    except BaseException as exc:
+        progress.finish()
+        traceback.print_exception(type(exc), exc, _user_traceback(exc.__traceback__, target))
+        status, outcome = 1, "crashed"
+    finally:
+        progress.finish()
+        sys.argv = old_argv
+        if old_path0 is not None and sys.path:
+            sys.path[0] = old_path0
+        if previous_term in (signal.SIG_DFL, None):
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        session.close(outcome)
+    if not quiet:
+        _summary(session)
+    return status
+
+
+def _terminate(signum: int, frame: Any) -> None:
+    raise SystemExit(128 + signum)
+
+
+def _exit_status(code: Any) -> int:
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    print(code, file=sys.stderr)
+    return 1
+
+
+def _summary(session: Session) -> None:
+    n = len(session.anomalies)
+    parts = [f"{name} at step {step}" for step, name in session.anomalies]
+    line = f"gradsight: {session.step} steps, {n} anomal{'y' if n == 1 else 'ies'}"
+    if parts:
+        line += ": " + ", ".join(parts)
+    print(line, file=sys.stderr)
+    if session.layout is None and session.step == 0:
+        print("gradsight: no training step was seen (no optimizer.step() and no backward())", file=sys.stderr)
+    print(f"gradsight: run store {session.store_path}  (inspect: gradsight diagnose {session.store_path})", file=sys.stderr)

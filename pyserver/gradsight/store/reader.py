@@ -1,0 +1,204 @@
+"""Read a run store, also while it is being written."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import sqlite3
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .schema import StoreError, check_version
+
+
+@dataclass(frozen=True)
+class ModuleInfo:
+    id: int
+    name: str
+    type: str
+    type_module: str | None
+    parent: str | None
+    n_params: int
+    own_params: int
+    forward_order: int | None
+    file: str | None
+    line: int | None
+    owner: str | None
+    attr: str | None
+
+
+@dataclass(frozen=True)
+class Event:
+    id: int
+    step: int | None
+    time: float
+    kind: str
+    name: str
+    module: str | None
+    condition: str | None
+    value: float | None
+    message: str
+    data: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    id: int
+    step: int
+    module: str
+    role: str
+    dtype: str
+    shape: tuple[int, ...]
+    nbytes: int
+
+
+def decode_array(blob: bytes) -> np.ndarray:
+    return np.frombuffer(blob, dtype="<f4")
+
+
+class RunStore:
+    """A read view of one store. Cheap to open; every call reads fresh rows."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        if not self.path.exists():
+            raise StoreError(f"{self.path}: no such file")
+        if self.path.is_dir():
+            raise StoreError(f"{self.path}: is a folder, not a run store")
+        with open(self.path, "rb") as fh:
+            head = fh.read(16)
+        if head and head != b"SQLite format 3\x00":
+            raise StoreError(f"{self.path}: not a gradsight run store (not an SQLite file)")
+        self.conn = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, check_same_thread=False)
+        self.conn.execute("PRAGMA busy_timeout=5000")
+        check_version(self.conn, str(self.path))
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def __enter__(self) -> "RunStore":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- run and structure --------------------------------------------------
+    def run(self) -> dict[str, Any]:
+        cur = self.conn.execute("SELECT * FROM run WHERE id = 1")
+        row = cur.fetchone()
+        if row is None:
+            return {}
+        out = dict(zip([d[0] for d in cur.description], row))
+        for key in ("argv", "settings"):
+            if isinstance(out.get(key), str):
+                try:
+                    out[key] = json.loads(out[key])
+                except json.JSONDecodeError:
+                    pass
+        return out
+
+    def modules(self) -> list[ModuleInfo]:
+        rows = self.conn.execute(
+            "SELECT id, name, type, type_module, parent, n_params, own_params, forward_order, file, line, owner, attr"
+            " FROM modules ORDER BY id"
+        ).fetchall()
+        return [ModuleInfo(*r) for r in rows]
+
+    def params(self) -> list[dict[str, Any]]:
+        cur = self.conn.execute("SELECT * FROM params ORDER BY id")
+        cols = [d[0] for d in cur.description]
+        return [dict(zip(cols, r)) for r in cur.fetchall()]
+
+    # -- steps and metrics --------------------------------------------------
+    def steps(self) -> dict[str, np.ndarray]:
+        """Columns of the steps table as arrays (NULL as NaN), ordered by step."""
+        cur = self.conn.execute("SELECT * FROM steps ORDER BY step")
+        cols = [d[0] for d in cur.description]
+        rows = cur.fetchall()
+        out: dict[str, np.ndarray] = {}
+        for i, c in enumerate(cols):
+            out[c] = np.array([np.nan if r[i] is None else r[i] for r in rows], dtype=np.float64)
+        out["step"] = out["step"].astype(np.int64)
+        return out
+
+    def last_step(self) -> int | None:
+        row = self.conn.execute("SELECT MAX(step) FROM steps").fetchone()
+        return None if row is None or row[0] is None else int(row[0])
+
+    def metric_kinds(self) -> list[str]:
+        return [r[0] for r in self.conn.execute("SELECT DISTINCT kind FROM metrics ORDER BY kind")]
+
+    def metric(self, kind: str, *, since: int | None = None, width: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(steps, matrix[len(steps), width]) of a per-module (or per-parameter) metric."""
+        sql = "SELECT step, data FROM metrics WHERE kind = ?"
+        args: list[Any] = [kind]
+        if since is not None:
+            sql += " AND step >= ?"
+            args.append(since)
+        rows = self.conn.execute(sql + " ORDER BY step", args).fetchall()
+        steps = np.array([r[0] for r in rows], dtype=np.int64)
+        arrays = [decode_array(r[1]) for r in rows]
+        if width is None:
+            width = max((len(a) for a in arrays), default=0)
+        mat = np.full((len(arrays), width), np.nan, dtype=np.float32)
+        for i, a in enumerate(arrays):
+            n = min(len(a), width)
+            mat[i, :n] = a[:n]
+        return steps, mat
+
+    def metric_at(self, kind: str, step: int) -> np.ndarray | None:
+        row = self.conn.execute("SELECT data FROM metrics WHERE kind = ? AND step = ?", (kind, step)).fetchone()
+        return None if row is None else decode_array(row[0])
+
+    # -- events, tensors, watches ---------------------------------------------
+    def events(self, kind: str | None = None) -> list[Event]:
+        sql = "SELECT id, step, time, kind, name, module, condition, value, message, data FROM events"
+        args: tuple[Any, ...] = ()
+        if kind is not None:
+            sql += " WHERE kind = ?"
+            args = (kind,)
+        out = []
+        for r in self.conn.execute(sql + " ORDER BY id", args):
+            out.append(Event(*r[:9], data=json.loads(r[9]) if r[9] else {}))
+        return out
+
+    def tensors(self, step: int | None = None) -> list[TensorInfo]:
+        sql = "SELECT id, step, module, role, dtype, shape, nbytes FROM tensors"
+        args: tuple[Any, ...] = ()
+        if step is not None:
+            sql += " WHERE step = ?"
+            args = (step,)
+        return [TensorInfo(r[0], r[1], r[2], r[3], r[4], tuple(json.loads(r[5])), r[6]) for r in self.conn.execute(sql + " ORDER BY id", args)]
+
+    def tensor(self, tensor_id: int) -> np.ndarray:
+        row = self.conn.execute("SELECT npy FROM tensors WHERE id = ?", (tensor_id,)).fetchone()
+        if row is None:
+            raise StoreError(f"{self.path}: no captured tensor {tensor_id}")
+        return np.load(io.BytesIO(row[0]), allow_pickle=False)
+
+    def watches(self) -> list[dict[str, Any]]:
+        cur = self.conn.execute("SELECT * FROM watches ORDER BY id")
+        cols = [d[0] for d in cur.description]
+        return [dict(zip(cols, r)) for r in cur.fetchall()]
+
+
+def add_watch(path: str | os.PathLike[str], condition: str, *, module: str | None = None, file: str | None = None,
+              line: int | None = None, origin: str = "editor") -> int:
+    """Write a tensor breakpoint into a store's watches table (the runtime polls it)."""
+    RunStore(path).close()  # validates the file
+    conn = sqlite3.connect(path)
+    try:
+        conn.execute("PRAGMA busy_timeout=5000")
+        with conn:
+            cur = conn.execute(
+                "INSERT INTO watches (condition, module, file, line, enabled, created, origin) VALUES (?,?,?,?,1,?,?)",
+                (condition, module, file, line, time.time(), origin),
+            )
+        return int(cur.lastrowid or 0)
+    finally:
+        conn.close()

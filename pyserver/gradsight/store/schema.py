@@ -1,0 +1,98 @@
+"""The run store's schema: one SQLite file per run (and per rank), in WAL mode.
+
+Per-module metrics are stored one row per (step, kind) with a little-endian
+float32 array indexed by module id (``modules.id``, 0..n-1), NaN where a module
+has no value; per-parameter ones likewise over ``params.id``. That keeps a
+step's write to a handful of rows whatever the model's size.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+SCHEMA_VERSION = 1
+SCHEMA_NAME = f"gradsight.store/{SCHEMA_VERSION}"
+
+DDL = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS run (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    script TEXT, argv TEXT, cwd TEXT, started REAL, ended REAL, status TEXT,
+    torch_version TEXT, gradsight_version TEXT, python_version TEXT,
+    device TEXT, rank INTEGER, world_size INTEGER, pid INTEGER, settings TEXT,
+    model TEXT, optimizer TEXT, loss_source TEXT
+);
+CREATE TABLE IF NOT EXISTS modules (
+    id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE, type TEXT NOT NULL,
+    type_module TEXT, parent TEXT, n_params INTEGER NOT NULL, own_params INTEGER NOT NULL,
+    forward_order INTEGER, file TEXT, line INTEGER, owner TEXT, attr TEXT
+);
+CREATE TABLE IF NOT EXISTS params (
+    id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE, module_id INTEGER NOT NULL,
+    shape TEXT NOT NULL, numel INTEGER NOT NULL, trainable INTEGER NOT NULL,
+    in_optimizer INTEGER NOT NULL DEFAULT 0, got_grad INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE IF NOT EXISTS steps (
+    step INTEGER PRIMARY KEY, time REAL NOT NULL, duration REAL, loss REAL, lr REAL,
+    grad_norm REAL, grad_max REAL, sampled INTEGER NOT NULL, n_backward INTEGER,
+    grads_zeroed INTEGER, capture INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE IF NOT EXISTS metrics (
+    step INTEGER NOT NULL, kind TEXT NOT NULL, data BLOB NOT NULL,
+    PRIMARY KEY (step, kind)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS metrics_kind ON metrics(kind, step);
+CREATE TABLE IF NOT EXISTS events (
+    id INTEGER PRIMARY KEY, step INTEGER, time REAL NOT NULL, kind TEXT NOT NULL,
+    name TEXT NOT NULL, module TEXT, condition TEXT, value REAL, message TEXT, data TEXT
+);
+CREATE INDEX IF NOT EXISTS events_step ON events(step);
+CREATE TABLE IF NOT EXISTS tensors (
+    id INTEGER PRIMARY KEY, step INTEGER NOT NULL, module TEXT NOT NULL, role TEXT NOT NULL,
+    dtype TEXT NOT NULL, shape TEXT NOT NULL, nbytes INTEGER NOT NULL, npy BLOB NOT NULL
+);
+CREATE INDEX IF NOT EXISTS tensors_step ON tensors(step);
+CREATE TABLE IF NOT EXISTS watches (
+    id INTEGER PRIMARY KEY, condition TEXT NOT NULL, module TEXT, file TEXT, line INTEGER,
+    enabled INTEGER NOT NULL DEFAULT 1, created REAL, origin TEXT
+);
+"""
+
+# Event kinds.
+EVENT_TRIGGER = "trigger"
+EVENT_BREAKPOINT = "breakpoint"
+EVENT_WARNING = "warning"
+
+
+class StoreError(Exception):
+    """A file that is not a gradsight store, or one this version cannot read."""
+
+
+def configure(conn: sqlite3.Connection) -> None:
+    conn.execute("PRAGMA journal_mode=WAL")
+    # NORMAL in WAL mode: a committed transaction survives the process being
+    # killed; only an OS crash may lose the last ones.
+    conn.execute("PRAGMA synchronous=NORMAL")
+    conn.execute("PRAGMA busy_timeout=5000")
+
+
+def create(conn: sqlite3.Connection) -> None:
+    configure(conn)
+    conn.executescript(DDL)
+    conn.execute("INSERT OR REPLACE INTO meta VALUES ('schema', ?)", (SCHEMA_NAME,))
+    conn.commit()
+
+
+def check_version(conn: sqlite3.Connection, path: str) -> None:
+    """Raise :class:`StoreError` unless ``conn`` is a store of this schema."""
+    try:
+        row = conn.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
+    except sqlite3.DatabaseError as exc:
+        raise StoreError(f"{path}: not a gradsight run store ({exc})") from None
+    if row is None:
+        raise StoreError(f"{path}: not a gradsight run store (no schema record)")
+    if row[0] != SCHEMA_NAME:
+        raise StoreError(
+            f"{path}: store schema {row[0]!r}, but this gradsight reads {SCHEMA_NAME!r}; "
+            "re-run the training with this version, or open it with the version that wrote it"
+        )

@@ -1,0 +1,202 @@
+"""Append to a run store in batches from a background thread.
+
+The training thread only puts plain rows on a queue; a daemon thread commits
+them every ``flush_interval`` seconds. A crash of the writer (disk full, say)
+is reported once and the run goes on without the store: training never fails
+because of it. Each commit is durable against the process being killed.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import queue
+import sqlite3
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from .schema import create
+
+_STOP = object()
+
+
+def encode_array(values: np.ndarray) -> bytes:
+    return np.asarray(values, dtype="<f4").tobytes()
+
+
+def encode_npy(array: np.ndarray) -> bytes:
+    buf = io.BytesIO()
+    np.save(buf, np.ascontiguousarray(array), allow_pickle=False)
+    return buf.getvalue()
+
+
+def remove_store(path: Path) -> None:
+    for suffix in ("", "-wal", "-shm"):
+        try:
+            os.unlink(str(path) + suffix)
+        except FileNotFoundError:
+            pass
+
+
+class StoreWriter:
+    """Owns one store file. Every ``put_*`` is cheap and thread-safe."""
+
+    def __init__(self, path: str | os.PathLike[str], run: dict[str, Any], *, flush_interval: float = 0.2, replace: bool = True) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if replace:
+            remove_store(self.path)
+        conn = sqlite3.connect(self.path)
+        try:
+            create(conn)
+            cols = ", ".join(run)
+            marks = ", ".join("?" for _ in run)
+            conn.execute(f"INSERT OR REPLACE INTO run (id, {cols}) VALUES (1, {marks})", [_plain(v) for v in run.values()])
+            conn.commit()
+        finally:
+            conn.close()
+        self.flush_interval = flush_interval
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._failed: str | None = None
+        self._watches: list[tuple[Any, ...]] = []
+        self._watch_version = 0
+        self._thread = threading.Thread(target=self._loop, name="gradsight-store-writer", daemon=True)
+        self._thread.start()
+
+    # -- producers ---------------------------------------------------------
+    def execute(self, sql: str, params: Sequence[Any]) -> None:
+        if self._failed is None:
+            self._queue.put((sql, tuple(params)))
+
+    def put_step(self, row: dict[str, Any]) -> None:
+        cols = ", ".join(row)
+        marks = ", ".join("?" for _ in row)
+        self.execute(f"INSERT OR REPLACE INTO steps ({cols}) VALUES ({marks})", [_plain(v) for v in row.values()])
+
+    def put_metric(self, step: int, kind: str, values: np.ndarray) -> None:
+        self.execute("INSERT OR REPLACE INTO metrics VALUES (?, ?, ?)", (step, kind, encode_array(values)))
+
+    def put_event(self, step: int | None, kind: str, name: str, *, module: str | None = None, condition: str | None = None,
+                  value: float | None = None, message: str = "", data: dict[str, Any] | None = None) -> None:
+        self.execute(
+            "INSERT INTO events (step, time, kind, name, module, condition, value, message, data) VALUES (?,?,?,?,?,?,?,?,?)",
+            (step, time.time(), kind, name, module, condition, _plain(value), message, json.dumps(data or {}, default=str)),
+        )
+
+    def put_tensor(self, step: int, module: str, role: str, array: np.ndarray) -> None:
+        self.execute(
+            "INSERT INTO tensors (step, module, role, dtype, shape, nbytes, npy) VALUES (?,?,?,?,?,?,?)",
+            (step, module, role, str(array.dtype), json.dumps(list(array.shape)), int(array.nbytes), encode_npy(array)),
+        )
+
+    def update_run(self, **fields: Any) -> None:
+        sets = ", ".join(f"{k} = ?" for k in fields)
+        self.execute(f"UPDATE run SET {sets} WHERE id = 1", [_plain(v) for v in fields.values()])
+
+    @property
+    def watches(self) -> tuple[int, list[tuple[Any, ...]]]:
+        """(version, rows of enabled watches) as last polled by the writer thread."""
+        return self._watch_version, self._watches
+
+    def flush(self, timeout: float = 10.0) -> None:
+        """Block until everything put so far is committed."""
+        done = threading.Event()
+        self._queue.put(done)
+        done.wait(timeout)
+
+    def close(self, timeout: float = 30.0) -> None:
+        if self._thread.is_alive():
+            self._queue.put(_STOP)
+            self._thread.join(timeout)
+
+    # -- the writer thread --------------------------------------------------
+    def _loop(self) -> None:
+        conn = sqlite3.connect(self.path, check_same_thread=False)
+        conn.execute("PRAGMA synchronous=NORMAL")
+        conn.execute("PRAGMA busy_timeout=5000")
+        last_poll = 0.0
+        stop = False
+        while not stop:
+            batch: list[Any] = []
+            waiters: list[threading.Event] = []
+            try:
+                item = self._queue.get(timeout=self.flush_interval)
+                batch.append(item)
+                deadline = time.monotonic() + self.flush_interval
+                while time.monotonic() < deadline:
+                    try:
+                        batch.append(self._queue.get_nowait())
+                    except queue.Empty:
+                        break
+            except queue.Empty:
+                pass
+            rows = []
+            for item in batch:
+                if item is _STOP:
+                    stop = True
+                elif isinstance(item, threading.Event):
+                    waiters.append(item)
+                else:
+                    rows.append(item)
+            if rows and self._failed is None:
+                self._commit(conn, rows)
+            now = time.monotonic()
+            if now - last_poll > 0.5 or stop:
+                last_poll = now
+                self._poll_watches(conn)
+            for w in waiters:
+                w.set()
+        # drain whatever arrived with the stop
+        rest = []
+        while True:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if isinstance(item, threading.Event):
+                item.set()
+            elif item is not _STOP:
+                rest.append(item)
+        if rest and self._failed is None:
+            self._commit(conn, rest)
+        conn.close()
+
+    def _commit(self, conn: sqlite3.Connection, rows: list[tuple[str, tuple[Any, ...]]]) -> None:
+        try:
+            with conn:
+                i = 0
+                while i < len(rows):  # group consecutive rows of the same statement
+                    sql = rows[i][0]
+                    j = i
+                    while j < len(rows) and rows[j][0] == sql:
+                        j += 1
+                    conn.executemany(sql, [r[1] for r in rows[i:j]])
+                    i = j
+        except sqlite3.Error as exc:
+            self._failed = str(exc)
+            print(f"gradsight: the run store {self.path} can no longer be written ({exc}); "
+                  "training goes on without recording", file=sys.stderr)
+
+    def _poll_watches(self, conn: sqlite3.Connection) -> None:
+        try:
+            rows = conn.execute("SELECT id, condition, module, file, line FROM watches WHERE enabled = 1 ORDER BY id").fetchall()
+        except sqlite3.Error:
+            return
+        if rows != self._watches:
+            self._watches = rows
+            self._watch_version += 1
+
+
+def _plain(v: Any) -> Any:
+    """SQLite-friendly value: numpy scalars to Python, containers to JSON, NaN kept."""
+    if isinstance(v, (np.floating, np.integer)):
+        return v.item()
+    if isinstance(v, (list, dict, tuple)):
+        return json.dumps(v, default=str)
+    return v

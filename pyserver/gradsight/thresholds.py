@@ -1,0 +1,84 @@
+"""Named, documented thresholds shared by the runtime's triggers and the analysis.
+
+Defaults start from published ones: mean |grad| < 1e-7 vanishing (SageMaker
+Debugger, DeepDiagnosis); first/last layer grad-norm ratio < 1e-3 vanishing and
+> 70 exploding, >= 70% zero gradients a dying ReLU (AUTOTRAINER); > 50% of
+tanh/sigmoid inputs beyond +-5 saturated (DeepDiagnosis); update ratio
+mean|dW| / mean|W| > 0.1 too large, < 1e-4 too small (MindInsight); layer grad
+norm > 50 exploding, 30% dead units, loss 3x its 10-step mean a spike.
+
+A user overrides any of them in ``[tool.gradsight.thresholds]`` of their
+``pyproject.toml`` or in ``gradsight.toml`` (``[thresholds]``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    loss_spike_factor: float = 3.0  # loss above this many times its recent mean is a spike
+    loss_spike_window: int = 10  # steps in that mean
+    layer_grad_norm: float = 50.0  # a layer's gradient norm above this is exploding
+    global_grad_norm: float = 100.0  # the whole model's gradient norm above this is exploding
+    exploding_ratio: float = 70.0  # first/last layer grad-norm ratio above this: explosion towards the input
+    vanishing_mean_grad: float = 1e-7  # mean |grad| below this is vanishing
+    vanishing_ratio: float = 1e-3  # a layer's mean |grad| below this fraction of the largest layer's
+    dead_grad_frac: float = 0.7  # this fraction of a layer's gradients exactly zero: dying units
+    dead_units_frac: float = 0.3  # this fraction of units zero for a whole batch: dead units
+    saturation_frac: float = 0.5  # this fraction of tanh/sigmoid inputs beyond +-saturation_level
+    saturation_level: float = 5.0
+    update_ratio_high: float = 0.1  # mean|dW| / mean|W| above this: steps too large
+    update_ratio_low: float = 1e-4  # below this: steps too small
+    activation_limit: float = 1e4  # |activation| above this is out of range
+
+    def replace(self, **changes: Any) -> "Thresholds":
+        return dataclasses.replace(self, **changes)
+
+
+class ThresholdError(ValueError):
+    pass
+
+
+def from_mapping(values: dict[str, Any], where: str, base: Thresholds | None = None) -> Thresholds:
+    base = base or Thresholds()
+    fields = {f.name: f for f in dataclasses.fields(Thresholds)}
+    changes: dict[str, Any] = {}
+    for key, value in values.items():
+        if key not in fields:
+            raise ThresholdError(f"{where}: unknown threshold {key!r}; known: {', '.join(sorted(fields))}")
+        want = int if fields[key].type in ("int", int) else float
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ThresholdError(f"{where}: threshold {key!r} must be a number, got {value!r}")
+        changes[key] = want(value)
+    return base.replace(**changes)
+
+
+def load(start: str | Path = ".") -> Thresholds:
+    """Thresholds from the nearest ``gradsight.toml`` or ``pyproject.toml`` at or above ``start``."""
+    here = Path(start).resolve()
+    for folder in [here, *here.parents]:
+        own = folder / "gradsight.toml"
+        if own.is_file():
+            data = _read(own)
+            return from_mapping(data.get("thresholds", {}), f"{own} [thresholds]")
+        pyproject = folder / "pyproject.toml"
+        if pyproject.is_file():
+            data = _read(pyproject)
+            table = data.get("tool", {}).get("gradsight", {})
+            if table:
+                return from_mapping(table.get("thresholds", {}), f"{pyproject} [tool.gradsight.thresholds]")
+    return Thresholds()
+
+
+def _read(path: Path) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as fh:
+            return tomllib.load(fh)
+    except tomllib.TOMLDecodeError as exc:
+        raise ThresholdError(f"{path}: {exc}") from None

@@ -1,0 +1,26 @@
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPTS = Path(__file__).resolve().parent / "scripts"
+FAULTS = SCRIPTS / "faults.py"
+
+
+def gradsight_cmd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "gradsight", *args]
+
+
+def run_gradsight(*args: str, cwd: str | Path | None = None, timeout: float = 300, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    full_env = {**os.environ, "PYTHONPATH": str(ROOT / "pyserver"), **(env or {})}
+    return subprocess.run(gradsight_cmd(*args), cwd=cwd, capture_output=True, text=True, timeout=timeout, env=full_env)
+
+
+@pytest.fixture
+def store_path(tmp_path: Path) -> Path:
+    return tmp_path / "run.db"
