@@ -146,6 +146,13 @@ class _Parser:
         col = getattr(node, "col_offset", 0) + 1 if node is not None else 1
         return ConditionError(message, self.text, col)
 
+    def after(self, left: ast.expr, message: str) -> ConditionError:
+        """An error at the operator that follows ``left``."""
+        col = left.end_col_offset or 0
+        while col < len(self.text) and self.text[col] in " )":
+            col += 1
+        return ConditionError(message, self.text, col + 1)
+
     def node(self, n: ast.AST) -> Node:
         if isinstance(n, ast.Constant):
             if isinstance(n.value, bool):
@@ -172,14 +179,14 @@ class _Parser:
         if isinstance(n, ast.BinOp):
             op = _BIN_OPS.get(type(n.op))
             if op is None:
-                raise self.fail(n, "unsupported operator; use + - * / % **")
+                raise self.after(n.left, "unsupported operator; use + - * / % **")
             return Binary(op, self.node(n.left), self.node(n.right))
         if isinstance(n, ast.Compare):
             cmp_ops = []
-            for op_node in n.ops:
+            for k, op_node in enumerate(n.ops):
                 cmp = _CMP_OPS.get(type(op_node))
                 if cmp is None:
-                    raise self.fail(n, "unsupported comparison; use < <= > >= == !=")
+                    raise self.after(n.left if k == 0 else n.comparators[k - 1], "unsupported comparison; use < <= > >= == !=")
                 cmp_ops.append(cmp)
             return Compare(self.node(n.left), tuple(cmp_ops), tuple(self.node(c) for c in n.comparators))
         if isinstance(n, ast.BoolOp):

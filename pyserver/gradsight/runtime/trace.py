@@ -59,8 +59,9 @@ def _user_traceback(tb: TracebackType | None, script: str | None) -> TracebackTy
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     cur = tb
     while cur is not None:
-        name = os.path.abspath(cur.tb_frame.f_code.co_filename)
-        if not name.startswith(here) and os.path.basename(name) != "runpy.py" and not name.startswith("<frozen"):
+        raw = cur.tb_frame.f_code.co_filename
+        name = os.path.abspath(raw)
+        if not name.startswith(here) and os.path.basename(name) != "runpy.py" and not raw.startswith("<frozen"):
             return cur
         cur = cur.tb_next
     return tb

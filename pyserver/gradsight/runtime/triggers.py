@@ -247,7 +247,8 @@ def condition_check(cond: Condition, name: str, scope: str | None = None) -> Che
         if scope is None:
             hits = cond.matches(h, h.names)
             if hits:
-                return Fired(name, f"{cond.text} holds", module=hits[0], condition=cond.text, value=_shown(h, cond, hits[0], None))
+                module = hits[0] if hits[0] is not None else (next(iter(cond.layers)) if len(cond.layers) == 1 else None)
+                return Fired(name, f"{cond.text} holds", module=module, condition=cond.text, value=_shown(h, cond, hits[0], None))
             return None
         for module in h.names:
             if fnmatch.fnmatchcase(module, scope) and cond.matches(h, h.names, scope=module):
