@@ -71,7 +71,7 @@ def test_scoped_watch_from_the_store_pauses_in_the_users_frame(tmp_path: Path) -
         assert local["step"] == str(at)
         assert "model" in local and "optimizer" in local
         out = "".join(client.output)
-        assert f"gradsight: breakpoint grad_norm > 50 in 'fc1'" in out and f"at step {at}" in out
+        assert "gradsight: breakpoint grad_norm > 50 in 'fc1'" in out and f"at step {at}" in out
         client.request("continue", {"threadId": stopped["body"]["threadId"]})
     finally:
         code, err = _finish(client, proc, log)

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from .runtime.api import Handle
 
 
-def watch(model: Any, optimizer: Any = None, **kwargs: Any) -> "Handle":
+def watch(model: Any, optimizer: Any = None, **kwargs: Any) -> Handle:
     """Watch ``model`` (and ``optimizer``) until ``handle.close()``; see :func:`gradsight.runtime.api.watch`."""
     from .runtime.api import watch as _watch
 

@@ -37,7 +37,7 @@ class Thresholds:
     update_ratio_low: float = 1e-4  # below this: steps too small
     activation_limit: float = 1e4  # |activation| above this is out of range
 
-    def replace(self, **changes: Any) -> "Thresholds":
+    def replace(self, **changes: Any) -> Thresholds:
         return dataclasses.replace(self, **changes)
 
 

@@ -90,27 +90,27 @@ class Window:
 @dataclass(frozen=True)
 class Unary:
     op: str  # "-", "+", "not", "abs"
-    operand: "Node"
+    operand: Node
 
 
 @dataclass(frozen=True)
 class Binary:
     op: str
-    left: "Node"
-    right: "Node"
+    left: Node
+    right: Node
 
 
 @dataclass(frozen=True)
 class Compare:
-    left: "Node"
+    left: Node
     ops: tuple[str, ...]
-    rights: tuple["Node", ...]
+    rights: tuple[Node, ...]
 
 
 @dataclass(frozen=True)
 class BoolOp:
     op: str  # "and" | "or"
-    values: tuple["Node", ...]
+    values: tuple[Node, ...]
 
 
 Node = Union[Num, Metric, Window, Unary, Binary, Compare, BoolOp]
@@ -345,7 +345,7 @@ def _eval(node: Node, ctx: Context, scope: str | None, binding: str | None) -> M
         return ctx.value(node.name, _module_of(node, scope, binding))
     if isinstance(node, Window):
         values = ctx.history(node.metric.name, _module_of(node.metric, scope, binding), node.n)
-        values = [v for v in values if v is not None and not math.isnan(v)]
+        values = [float(v) for v in values if v is not None and not math.isnan(v)]
         if not values:
             return None
         if node.func == "mean":
@@ -377,14 +377,14 @@ def _eval(node: Node, ctx: Context, scope: str | None, binding: str | None) -> M
             left = right
         return result
     if isinstance(node, BoolOp):
-        values = [_eval(v, ctx, scope, binding) for v in node.values]
+        results = [_eval(v, ctx, scope, binding) for v in node.values]
         if node.op == "and":
-            if any(v is not None and not _truth(v) for v in values):
+            if any(v is not None and not _truth(v) for v in results):
                 return False
-            return None if any(v is None for v in values) else True
-        if any(_truth(v) for v in values):
+            return None if any(v is None for v in results) else True
+        if any(_truth(v) for v in results):
             return True
-        return None if any(v is None for v in values) else False
+        return None if any(v is None for v in results) else False
     raise TypeError(f"unknown node {node!r}")
 
 

@@ -12,6 +12,7 @@ step on every run.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterator
 
 import torch
 from torch import nn
@@ -84,7 +85,7 @@ class TinyTransformer(nn.Module):
         return self.head(x)
 
 
-def batches(seed: int = 0, batch: int = BATCH, seq: int = SEQ, vocab: int = VOCAB):
+def batches(seed: int = 0, batch: int = BATCH, seq: int = SEQ, vocab: int = VOCAB) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """Synthetic sequences that follow a fixed rule (next = 5 * prev + 3 mod vocab), with 10% noise."""
     gen = torch.Generator().manual_seed(seed)
     while True:
@@ -113,7 +114,7 @@ def make_optimizer(model: TinyTransformer, lr: float = LR, weight_decay: float =
     )
 
 
-def train(steps: int = STEPS, seed: int = 0, on_step=None) -> list[float]:
+def train(steps: int = STEPS, seed: int = 0, on_step: Callable[[int, float], None] | None = None) -> list[float]:
     """Train the demo model; returns the losses. ``on_step(step, loss)`` is called after each step."""
     torch.manual_seed(seed)
     model = TinyTransformer()

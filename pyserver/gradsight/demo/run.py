@@ -22,17 +22,18 @@ def run_demo(out: Path) -> int:
     session: Session | None = None
     original = demo_model.make_optimizer
 
-    def instrumented(model: demo_model.TinyTransformer, **kw: float) -> torch.optim.Optimizer:
+    def instrumented(model: demo_model.TinyTransformer, lr: float = demo_model.LR,
+                     weight_decay: float = demo_model.WEIGHT_DECAY) -> torch.optim.Optimizer:
         nonlocal session
-        optimizer = original(model, **kw)
+        optimizer = original(model, lr, weight_decay)
         session = Session(store, model=model, optimizer=optimizer, script="gradsight demo", argv=["gradsight", "demo"])
         return optimizer
 
-    demo_model.make_optimizer = instrumented  # type: ignore[assignment]
+    demo_model.make_optimizer = instrumented
     try:
         losses = demo_model.train()
     finally:
-        demo_model.make_optimizer = original  # type: ignore[assignment]
+        demo_model.make_optimizer = original
         if session is not None:
             session.close()
     assert session is not None

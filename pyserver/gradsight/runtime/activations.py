@@ -20,6 +20,7 @@ from torch.utils.hooks import RemovableHandle
 
 from .layout import RELU_LIKE, SATURATING, WEIGHTED, Layout, first_tensor
 
+# act_nan is 1 when the output holds any NaN/Inf (counting them would cost a pass on every sampled step)
 FIELDS = ("act_min", "act_max", "act_mean", "act_std", "act_zero_frac", "act_nan", "dead_frac", "sat_frac", "in_dead_frac")
 SATURATION_LEVEL = 5.0  # |x| beyond which tanh/sigmoid are saturated (DeepDiagnosis)
 MAX_CALLS_PER_STEP = 8  # a module called in a loop (an RNN cell) is measured this often per step
@@ -40,28 +41,30 @@ def dead_fraction(x: torch.Tensor, axis: int) -> torch.Tensor:
     return 1.0 - alive.float().mean()
 
 
-def activation_stats(module: nn.Module, inp: torch.Tensor | None, out: torch.Tensor) -> torch.Tensor:
+# which optional fields a row carries
+_DEAD, _SAT, _IN_DEAD = 1, 2, 4
+_BASE = 5  # min, max, sum, L2 norm, non-zero count
+
+
+def _flags(module: nn.Module) -> int:
+    return (_DEAD if isinstance(module, RELU_LIKE) else 0) | (_SAT if isinstance(module, SATURATING) else 0) | (
+        _IN_DEAD if isinstance(module, WEIGHTED) else 0)
+
+
+def activation_stats(module: nn.Module, flags: int, inp: torch.Tensor | None, out: torch.Tensor) -> torch.Tensor:
+    """A few fused reductions on the device; means, std and fractions are finished on the host."""
     x = out.detach()
     if x.dtype not in (torch.float32, torch.float64):
         x = x.float()
-    n = x.numel()
     mn, mx = torch.aminmax(x)
-    nan = torch.tensor(_NAN, device=x.device)
-    std = x.std() if n > 1 else nan
-    fields = [mn, mx, x.mean(), std, 1.0 - torch.count_nonzero(x) / n, n - torch.isfinite(x).sum()]
-    fields.append(dead_fraction(x, _unit_axis(module, x)) if isinstance(module, RELU_LIKE) else nan)
-    has_inp = inp is not None and inp.is_floating_point() and inp.numel() > 0
-    if has_inp and isinstance(module, SATURATING):
-        assert inp is not None
-        fields.append((inp.detach().abs() > SATURATION_LEVEL).float().mean())
-    else:
-        fields.append(nan)
-    if has_inp and isinstance(module, WEIGHTED):
-        assert inp is not None
-        fields.append(dead_fraction(inp.detach(), _unit_axis(module, inp)))
-    else:
-        fields.append(nan)
-    return torch.stack([f.reshape(()).float() for f in fields])
+    fields = [mn, mx, x.sum(), torch.linalg.vector_norm(x), torch.count_nonzero(x)]
+    if flags & _DEAD:
+        fields.append(dead_fraction(x, _unit_axis(module, x)))
+    if flags & _SAT:
+        fields.append((inp.detach().abs() > SATURATION_LEVEL).float().mean() if inp is not None else torch.tensor(_NAN))
+    if flags & _IN_DEAD:
+        fields.append(dead_fraction(inp.detach(), _unit_axis(module, inp)) if inp is not None else torch.tensor(_NAN))
+    return torch.stack([f.to(torch.float32) for f in fields])
 
 
 class ActivationRecorder:
@@ -69,11 +72,12 @@ class ActivationRecorder:
 
     def __init__(self, layout: Layout) -> None:
         self.layout = layout
+        self._flags = [_flags(m) for m in layout.modules]
         self._handles: list[RemovableHandle] = []
-        self.rows: list[tuple[int, torch.Tensor]] = []
+        self.rows: list[tuple[int, int, int, torch.Tensor | None]] = []  # module, flags, numel, stats (None: as previous)
         self._calls: dict[int, int] = {}
+        self._last_out: torch.Tensor | None = None
         self.order: list[int] = []  # pre-order of first forward calls, when asked for
-        self._want_order = False
         self.capture: set[int] = set()
         self.capture_budget = 0
         self.captured: list[tuple[int, np.ndarray]] = []
@@ -86,8 +90,7 @@ class ActivationRecorder:
     def arm(self, *, want_order: bool = False) -> None:
         if self._handles or self.failed:
             return
-        self.rows, self._calls = [], {}
-        self._want_order = want_order
+        self.rows, self._calls, self._last_out = [], {}, None
         reg = torch.nn.modules.module
         self._handles.append(reg.register_module_forward_hook(self._hook))
         if want_order:
@@ -98,6 +101,7 @@ class ActivationRecorder:
         for h in self._handles:
             h.remove()
         self._handles.clear()
+        self._last_out = None
 
     def _pre_hook(self, module: nn.Module, args: Any) -> None:
         i = self.layout.module_index.get(id(module))
@@ -116,11 +120,17 @@ class ActivationRecorder:
             out = first_tensor(output)
             if out is None or not out.is_floating_point() or out.numel() == 0:
                 return
-            inp = first_tensor(args)
-            self.rows.append((i, activation_stats(module, inp, out)))
+            flags = self._flags[i]
+            inp = first_tensor(args) if flags & (_SAT | _IN_DEAD) else None
+            if inp is not None and (not inp.is_floating_point() or inp.numel() == 0):
+                inp = None
+            if out is self._last_out and flags == 0 and self.rows:
+                self.rows.append((i, 0, out.numel(), None))  # a container passing its last child's output on
+            else:
+                self.rows.append((i, flags, out.numel(), activation_stats(module, flags, inp, out)))
+            self._last_out = out
             if i in self.capture and calls == 0 and self.capture_budget > 0:
-                arr = out.detach().float().cpu().numpy()
-                arr = _fit(arr, self.capture_budget)
+                arr = _fit(out.detach().float().cpu().numpy(), self.capture_budget)
                 self.capture_budget -= arr.nbytes
                 self.captured.append((i, arr))
         except Exception as exc:  # never break the user's forward
@@ -130,40 +140,64 @@ class ActivationRecorder:
 
             print(f"gradsight: activation statistics disabled after an internal error: {exc!r}", file=sys.stderr)
 
-    def take(self, transfer_add: Any) -> list[int]:
-        """Queue gathered rows on a transfer (as 'act'); returns their module ids in call order."""
-        ids = [i for i, _ in self.rows]
-        if self.rows:
-            transfer_add("act", torch.stack([r.to(self.rows[0][1].device) for _, r in self.rows]).reshape(-1))
+    def take(self, transfer_add: Any) -> list[tuple[int, int, int, int]]:
+        """Queue gathered rows on a transfer (as 'act'); returns (module, flags, numel, source row) in call order."""
+        meta: list[tuple[int, int, int, int]] = []
+        tensors: list[torch.Tensor] = []
+        last = -1
+        for i, flags, n, stats in self.rows:
+            if stats is not None:
+                last = len(tensors)
+                tensors.append(stats)
+            meta.append((i, flags, n, last))
+        if tensors:
+            transfer_add("act", torch.cat([t.to(tensors[0].device) for t in tensors]))
         self.rows = []
         self._calls = {}
-        return ids
+        return meta
 
 
-def aggregate(n_modules: int, ids: list[int], flat: np.ndarray) -> tuple[dict[str, np.ndarray], int | None]:
+def _decode(meta: list[tuple[int, int, int, int]], flat: np.ndarray) -> list[tuple[int, np.ndarray]]:
+    """Rows of FIELDS per hook call, from the variable-length device rows."""
+    pos = 0
+    out: list[tuple[int, np.ndarray]] = []
+    decoded: list[np.ndarray] = []
+    for i, flags, n, src in meta:
+        if src == len(decoded):  # a new device row starts here
+            width = _BASE + bin(flags).count("1")
+            raw = flat[pos : pos + width].astype(np.float64)
+            pos += width
+            mn, mx, total, l2, nonzero = raw[:_BASE]
+            mean = total / n
+            var = max(0.0, (l2 * l2 / n - mean * mean) * n / max(1, n - 1)) if np.isfinite(l2) else np.nan
+            extra = list(raw[_BASE:])
+            dead = extra.pop(0) if flags & _DEAD else np.nan
+            sat = extra.pop(0) if flags & _SAT else np.nan
+            in_dead = extra.pop(0) if flags & _IN_DEAD else np.nan
+            bad = 0.0 if np.isfinite(mn) and np.isfinite(mx) else 1.0
+            decoded.append(np.array([mn, mx, mean, np.sqrt(var), 1.0 - nonzero / n, bad, dead, sat, in_dead]))
+        out.append((i, decoded[src]))
+    return out
+
+
+def aggregate(n_modules: int, meta: list[tuple[int, int, int, int]], flat: np.ndarray) -> tuple[dict[str, np.ndarray], int | None]:
     """Per-module activation metrics from rows in call order; also the first module with a non-finite output."""
-    k = len(FIELDS)
-    rows = flat.reshape(-1, k) if len(ids) else np.zeros((0, k))
     out = {f: np.full(n_modules, np.nan) for f in FIELDS}
     first_bad: int | None = None
-    with np.errstate(invalid="ignore"):
-        for r, i in enumerate(ids):
-            row = rows[r]
-            if first_bad is None and row[5] > 0:
-                first_bad = i
-            for c, f in enumerate(FIELDS):
-                v = float(row[c])
-                cur = out[f][i]
-                if math.isnan(cur):
-                    out[f][i] = v
-                elif f == "act_min":
-                    out[f][i] = min(cur, v)
-                elif f == "act_nan":
-                    out[f][i] = cur + v
-                elif f in ("act_max", "act_std", "dead_frac", "in_dead_frac", "sat_frac"):
-                    out[f][i] = max(cur, v)
-                else:  # means of fractions and values over repeated calls
-                    out[f][i] = (cur + v) / 2
+    for i, row in _decode(meta, flat):
+        if first_bad is None and row[5] > 0:
+            first_bad = i
+        for c, f in enumerate(FIELDS):
+            v = float(row[c])
+            cur = out[f][i]
+            if math.isnan(cur):
+                out[f][i] = v
+            elif f == "act_min":
+                out[f][i] = min(cur, v)
+            elif f in ("act_max", "act_std", "dead_frac", "in_dead_frac", "sat_frac", "act_nan"):
+                out[f][i] = max(cur, v)
+            else:  # means of fractions and values over repeated calls
+                out[f][i] = (cur + v) / 2
     return out, first_bad
 
 

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import os
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 import torch
 from torch import nn
@@ -44,7 +45,7 @@ class Handle:
     def close(self) -> None:
         self._session.close()
 
-    def __enter__(self) -> "Handle":
+    def __enter__(self) -> Handle:
         return self
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:

@@ -38,7 +38,7 @@ class _Probe:
         self.calls = 0
 
 
-_probes: "weakref.WeakKeyDictionary[nn.Module, _Probe]" = weakref.WeakKeyDictionary()
+_probes: weakref.WeakKeyDictionary[nn.Module, _Probe] = weakref.WeakKeyDictionary()
 
 
 def _say_once(key: str, message: str) -> None:
@@ -111,7 +111,7 @@ def _check(cond: Condition, frame: FrameType) -> bool:
     with np.errstate(invalid="ignore", over="ignore"):
         present = sample.present
         gnorm = float(np.sqrt(np.sum(np.where(present, sample.l2, 0.0) ** 2))) if present.any() else float("nan")
-        gmax = float(np.max(np.where(present, sample.linf, -np.inf))) if present.any() else float("nan")
+        gmax = float(np.nanmax(sample.linf)) if sample.linf is not None and present.any() else float("nan")
     scalars = {"step": float(step), "loss": float("nan") if loss is None else loss, "grad_norm": gnorm, "grad_max": gmax}
     for kind in ("grad_mean", "grad_zero_frac", "weight_norm"):
         if kind in mods:

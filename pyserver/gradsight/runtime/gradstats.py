@@ -27,8 +27,10 @@ class Transfer:
         if isinstance(values, list):
             if not values:
                 return
-            values = torch.stack([v.reshape(()) for v in values])
-        self._parts.append((name, values.detach().reshape(-1).to(torch.float32)))
+            values = torch.stack(values)  # 0-d tensors stack into a vector
+        if values.dtype != torch.float32:
+            values = values.to(torch.float32)
+        self._parts.append((name, values.detach().reshape(-1)))
 
     def fetch(self) -> dict[str, np.ndarray]:
         by_device: dict[torch.device, list[tuple[str, torch.Tensor]]] = {}
@@ -36,7 +38,8 @@ class Transfer:
             by_device.setdefault(t.device, []).append((name, t))
         out: dict[str, np.ndarray] = {}
         for parts in by_device.values():
-            flat = torch.cat([t for _, t in parts]).cpu().numpy()
+            tensors = [t for _, t in parts]
+            flat = (tensors[0] if len(tensors) == 1 else torch.cat(tensors)).cpu().numpy()
             pos = 0
             for name, t in parts:
                 n = t.numel()
@@ -46,17 +49,14 @@ class Transfer:
         return out
 
 
-def _by_device(tensors: list[torch.Tensor]) -> bool:
-    return len({(t.device, t.dtype) for t in tensors}) <= 1
-
-
 def foreach_norm(tensors: list[torch.Tensor], ord: float = 2.0) -> list[torch.Tensor]:
-    """``torch._foreach_norm`` with a per-tensor fallback for mixed devices or dtypes."""
+    """``torch._foreach_norm`` (one fused call), per tensor where it cannot take the list."""
     if not tensors:
         return []
-    if _by_device(tensors):
+    try:
         return list(torch._foreach_norm(tensors, ord))
-    return [torch.linalg.vector_norm(t, ord) for t in tensors]
+    except RuntimeError:  # mixed devices, say
+        return [torch.linalg.vector_norm(t, ord) for t in tensors]
 
 
 @dataclass
@@ -64,31 +64,40 @@ class GradSample:
     """Host-side per-parameter values of one step (NaN where a parameter has no value)."""
 
     present: np.ndarray  # bool: parameter has a gradient
+    all_present: bool
     l2: np.ndarray
-    linf: np.ndarray
+    linf: np.ndarray | None = None
     l1: np.ndarray | None = None
     zeros: np.ndarray | None = None
     weight_l2: np.ndarray | None = None
 
 
-def queue_grads(layout: Layout, transfer: Transfer, sampled: bool) -> list[int]:
-    """Queue this step's gradient norms on ``transfer``; returns the ids of parameters with a gradient."""
-    idx = [j for j, p in enumerate(layout.params) if p.grad is not None]
-    grads = [layout.params[j].grad for j in idx]
+def queue_grads(layout: Layout, transfer: Transfer, sampled: bool) -> list[int] | None:
+    """Queue this step's gradient norms on ``transfer``: the L2 norm of every gradient each step
+    (one fused call), max, mean |grad|, zero counts and weight norms on sampled steps.
+    Returns the ids of parameters with a gradient, or None when all have one."""
+    grads = [p.grad for p in layout.params]
+    idx: list[int] | None = None
+    if any(g is None for g in grads):
+        idx = [j for j, g in enumerate(grads) if g is not None]
     grads_t: list[torch.Tensor] = [g for g in grads if g is not None]
-    if grads_t and any(g.is_sparse for g in grads_t):
-        grads_t = [g.to_dense() if g.is_sparse else g for g in grads_t]
+    if layout.sparse and any(g.is_sparse for g in grads_t):
+        grads_t = [g.coalesce().values() if g.is_sparse else g for g in grads_t]
     transfer.add("l2", foreach_norm(grads_t, 2.0))
-    transfer.add("linf", foreach_norm(grads_t, float("inf")))
     if sampled:
+        transfer.add("linf", foreach_norm(grads_t, float("inf")))
         transfer.add("l1", foreach_norm(grads_t, 1.0))
         transfer.add("zeros", [g.numel() - torch.count_nonzero(g) for g in grads_t])
         transfer.add("weight_l2", foreach_norm([p.detach() for p in layout.params], 2.0))
     return idx
 
 
-def read_grads(layout: Layout, host: dict[str, np.ndarray], idx: list[int]) -> GradSample:
+def read_grads(layout: Layout, host: dict[str, np.ndarray], idx: list[int] | None) -> GradSample:
     n = len(layout.params)
+    if idx is None:
+        present = layout.all_params
+        l2 = np.asarray(host.get("l2", np.zeros(0)), dtype=np.float64)
+        return GradSample(present, True, l2, _f64(host.get("linf")), _f64(host.get("l1")), _f64(host.get("zeros")), _f64(host.get("weight_l2")))
 
     def spread(values: np.ndarray | None) -> np.ndarray | None:
         if values is None:
@@ -99,44 +108,57 @@ def read_grads(layout: Layout, host: dict[str, np.ndarray], idx: list[int]) -> G
 
     present = np.zeros(n, dtype=bool)
     present[idx] = True
-    empty = np.zeros(0)
-    l2 = spread(host.get("l2", empty))
-    linf = spread(host.get("linf", empty))
-    assert l2 is not None and linf is not None
-    return GradSample(present, l2, linf, spread(host.get("l1")), spread(host.get("zeros")), host.get("weight_l2"))
+    spread_l2 = spread(host.get("l2", np.zeros(0)))
+    assert spread_l2 is not None
+    return GradSample(present, False, spread_l2, spread(host.get("linf")), spread(host.get("l1")), spread(host.get("zeros")),
+                      _f64(host.get("weight_l2")))
+
+
+def _f64(a: np.ndarray | None) -> np.ndarray | None:
+    return None if a is None else a.astype(np.float64)
 
 
 def per_module(layout: Layout, s: GradSample) -> dict[str, np.ndarray]:
-    """Per-module gradient metrics (modules x values) from per-parameter ones."""
+    """Per-module gradient metrics (modules x values) from per-parameter ones: one matrix product each."""
     m = layout.member
-    has = m @ s.present.astype(np.float64)
-    none = has == 0
     out: dict[str, np.ndarray] = {}
-    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-        out["grad_norm"] = np.where(none, np.nan, np.sqrt(m @ np.where(s.present, s.l2, 0.0) ** 2))
-        linf = np.where(s.present, s.linf, -np.inf)
-        gmax = np.where(m > 0, linf[None, :], -np.inf).max(axis=1) if m.size else np.zeros(len(has))
-        out["grad_max"] = np.where(none, np.nan, gmax)
+    if s.all_present:  # the per-step path: no masking, no warnings to silence
+        norm = np.sqrt(m @ (s.l2 * s.l2))
+        norm[layout.no_params] = np.nan
+        out["grad_norm"] = norm
+        none = layout.no_params
+        numel = layout.module_numel
+    else:
+        none = (m @ s.present.astype(np.float64)) == 0
+        with np.errstate(invalid="ignore", over="ignore"):
+            norm = np.sqrt(m @ np.where(s.present, s.l2 * s.l2, 0.0))
+        norm[none] = np.nan
+        out["grad_norm"] = norm
         numel = m @ (layout.numel * s.present)
+    if s.linf is None and s.l1 is None and s.zeros is None and s.weight_l2 is None:
+        return out
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        if s.linf is not None:
+            linf = np.where(s.present, s.linf, -np.inf)
+            gmax = np.where(m > 0, linf[None, :], -np.inf).max(axis=1) if m.size else np.zeros(len(none))
+            out["grad_max"] = np.where(none, np.nan, gmax)
         if s.l1 is not None:
             out["grad_mean"] = np.where(none, np.nan, (m @ np.where(s.present, s.l1, 0.0)) / numel)
         if s.zeros is not None:
             out["grad_zero_frac"] = np.where(none, np.nan, (m @ np.where(s.present, s.zeros, 0.0)) / numel)
         if s.weight_l2 is not None:
-            total = m.sum(axis=1)
-            out["weight_norm"] = np.where(total == 0, np.nan, np.sqrt(m @ s.weight_l2**2))
+            out["weight_norm"] = np.where(layout.no_params, np.nan, np.sqrt(m @ s.weight_l2**2))
     return out
 
 
 def nonfinite_counts(layout: Layout, s: GradSample) -> np.ndarray | None:
     """NaN/Inf count per parameter, computed only when some norm is not finite (rare)."""
-    bad = [j for j in range(len(layout.params)) if s.present[j] and not np.isfinite(s.l2[j])]
-    if not bad:
+    if np.isfinite(s.l2[s.present]).all():
         return None
     counts = np.zeros(len(layout.params))
-    for j in bad:
+    for j in range(len(layout.params)):
         g = layout.params[j].grad
-        if g is not None:
+        if s.present[j] and not np.isfinite(s.l2[j]) and g is not None:
             counts[j] = float((~torch.isfinite(g)).sum())
     return counts
 
@@ -158,8 +180,10 @@ class UpdateTracker:
         if self._before is None:
             return None
         now = [layout.params[j].detach() for j in self._ids]
-        same = _by_device(now) and _by_device(self._before)
-        delta = torch._foreach_sub(now, self._before) if same else [a - b for a, b in zip(now, self._before)]
+        try:
+            delta = list(torch._foreach_sub(now, self._before))
+        except RuntimeError:
+            delta = [a - b for a, b in zip(now, self._before)]
         transfer.add("upd_delta", foreach_norm(list(delta), 1.0))
         transfer.add("upd_weight", foreach_norm(self._before, 1.0))
         self._before = None

@@ -11,7 +11,8 @@ Each callback is guarded by the session; the originals are restored on ``remove`
 
 from __future__ import annotations
 
-from typing import Any, Callable, Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
 
 import torch
 import torch.optim.optimizer as optim_hooks
@@ -51,8 +52,8 @@ class GlobalHooks:
             lst.on_backward_end()
             return result
 
-        backward.__wrapped__ = original_backward  # type: ignore[attr-defined]
-        torch.autograd.backward = backward  # type: ignore[assignment]
+        backward.__wrapped__ = original_backward  # type: ignore[attr-defined,unused-ignore]
+        setattr(torch.autograd, "backward", backward)  # noqa: B010
         self._restore.append(lambda: setattr(torch.autograd, "backward", original_backward))
 
         for cls in (torch.optim.Optimizer, nn.Module):
@@ -66,8 +67,8 @@ class GlobalHooks:
             lst.on_zero_grad()
             return original(self, *args, **kwargs)
 
-        zero_grad.__wrapped__ = original  # type: ignore[attr-defined]
-        setattr(cls, "zero_grad", zero_grad)
+        zero_grad.__wrapped__ = original  # type: ignore[attr-defined,unused-ignore]
+        setattr(cls, "zero_grad", zero_grad)  # noqa: B010
         self._restore.append(lambda: setattr(cls, "zero_grad", original))
 
     def remove(self) -> None:

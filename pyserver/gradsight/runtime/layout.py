@@ -35,8 +35,16 @@ class Layout:
     module_index: dict[int, int] = field(default_factory=dict)  # id(module) -> module id
     param_index: dict[int, int] = field(default_factory=dict)  # id(param) -> param id
 
+    def __post_init__(self) -> None:
+        # derived once: the per-step path only reads these
+        self.all_params = np.ones(len(self.params), dtype=bool)
+        self.module_numel = self.member @ self.numel
+        self.module_has_params = self.member.sum(axis=1)
+        self.no_params = self.module_has_params == 0
+        self.sparse = any(isinstance(m, (nn.Embedding, nn.EmbeddingBag)) and m.sparse for m in self.modules)
+
     @classmethod
-    def from_model(cls, root: nn.Module) -> "Layout":
+    def from_model(cls, root: nn.Module) -> Layout:
         names: list[str] = []
         modules: list[nn.Module] = []
         index: dict[int, int] = {}

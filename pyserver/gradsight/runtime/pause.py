@@ -38,7 +38,7 @@ def _is_internal(filename: str) -> bool:
 
 def user_frame(start: FrameType | None = None) -> FrameType | None:
     """The innermost frame of the user's code (not torch, gradsight or installed libraries)."""
-    frame = start or sys._getframe(1)
+    frame: FrameType | None = start or sys._getframe(1)
     fallback = None
     while frame is not None:
         name = frame.f_code.co_filename

@@ -18,8 +18,9 @@ import time
 import warnings
 import weakref
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -43,7 +44,9 @@ DEFAULT_EVERY = 50
 DEFAULT_CAPTURE_WINDOW = 5
 DEFAULT_CAPTURE_BYTES = 64 * 2**20
 CAPTURE_MODULES = 4
-ACTIVE: "Session | None" = None
+ACTIVE: Session | None = None
+_STEP_SQL = ("INSERT OR REPLACE INTO steps (step, time, duration, loss, lr, grad_norm, grad_max, sampled, n_backward, grads_zeroed, capture)"
+             " VALUES (?,?,?,?,?,?,?,?,?,?,?)")
 
 
 class GradsightStop(BaseException):
@@ -83,10 +86,11 @@ class _Action:
 
 
 class Session:
+    closed: bool = False
     def __init__(self, store: str | os.PathLike[str], *, model: nn.Module | None = None,
                  optimizer: torch.optim.Optimizer | None = None, settings: Settings | None = None,
                  script: str | None = None, argv: list[str] | None = None,
-                 progress: Callable[["Session"], None] | None = None) -> None:
+                 progress: Callable[[Session], None] | None = None) -> None:
         global ACTIVE
         if ACTIVE is not None and not ACTIVE.closed:
             raise RuntimeError("gradsight is already watching a model in this process; close that handle first")
@@ -123,7 +127,8 @@ class Session:
         self._n_backward = 0
         self._zeroed: bool | None = None
         self._prebw: torch.Tensor | None = None
-        self._manual = False
+        self._auto_steps = False  # no optimizer seen: each backward ends a step
+        self._explicit_steps = False  # the user ends steps with mark_step()
         self._transfer = gs.Transfer()
         self._updates = gs.UpdateTracker()
         self._upd_ids: list[int] | None = None
@@ -159,7 +164,7 @@ class Session:
 
     def mark_step(self) -> None:
         """End a step by hand (for training loops without a torch optimizer)."""
-        self._manual = True
+        self._explicit_steps = True
         self._guard("step", self._begin_step)
         self._guard("step", self._end_step)
         self._run_actions()
@@ -181,7 +186,7 @@ class Session:
         if ACTIVE is self:
             ACTIVE = None
 
-    def __enter__(self) -> "Session":
+    def __enter__(self) -> Session:
         return self
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
@@ -206,7 +211,7 @@ class Session:
             return
         try:
             if isinstance(tensors, torch.Tensor) and tensors.numel() == 1:
-                self._losses.append(tensors.detach().reshape(()))
+                self._losses.append(tensors.detach())
             if self._n_backward == 0 and not self._zeroed and self.layout is not None:
                 existing = [p.grad for p in self.layout.params if p.grad is not None]
                 if not existing:
@@ -218,10 +223,10 @@ class Session:
             self._internal_error("backward", exc)
 
     def on_backward_end(self) -> None:
-        if self._broken or self._primary is not None:
+        if self._broken or self._primary is not None or self._explicit_steps:
             return
-        if self._n_backward >= 2 or self._manual:  # no optimizer: a step per backward
-            self._manual = True
+        if self._n_backward >= 2 or self._auto_steps:  # no optimizer: a step per backward
+            self._auto_steps = True
             self._guard("step", self._begin_step)
             self._guard("step", self._end_step)
             self._run_actions()
@@ -319,7 +324,9 @@ class Session:
         step = self.step
         t = self._transfer
         sampled = self._sampled(step)
-        if self._losses:
+        if len(self._losses) == 1:
+            t.add("loss", self._losses[0])
+        elif self._losses:
             t.add("loss", [x.float() for x in self._losses])
         if self._prebw is not None:
             t.add("prebw", [self._prebw])
@@ -328,7 +335,7 @@ class Session:
             self._write_step(step, self._loss(host), sampled=False, grad_norm=None, grad_max=None, zeroed=self._zeroed_flag(host))
             return
         idx = gs.queue_grads(layout, t, sampled)
-        act_ids: list[int] = []
+        act_ids: list[tuple[int, int, int, int]] = []
         if self.recorder is not None and self.recorder.armed:
             self.recorder.disarm()
             act_ids = self.recorder.take(t.add)
@@ -337,33 +344,38 @@ class Session:
         host = t.fetch()
         sample = gs.read_grads(layout, host, idx)
         mods = gs.per_module(layout, sample)
-        mods["grad_present"] = layout.member @ sample.present.astype(np.float64)
-        counts = gs.nonfinite_counts(layout, sample)
-        if counts is not None:
-            mods["nan_count"] = layout.member @ counts
-        first_bad: int | None = None
+        mods["grad_present"] = layout.module_has_params if sample.all_present else layout.member @ sample.present.astype(np.float64)
+        loss = self._loss(host)
+        present = sample.present
+        if sample.all_present:
+            gnorm: float | None = math.sqrt(float(sample.l2 @ sample.l2)) if len(sample.l2) else None
+        else:
+            gnorm = math.sqrt(float(np.nansum(np.where(present, sample.l2 * sample.l2, 0.0)))) if present.any() else None
+        gmax = float(np.nanmax(sample.linf)) if sample.linf is not None and present.any() else None
+        scalars: dict[str, float] = {"step": float(step), "loss": _nan(loss), "lr": _nan(self._lr()),
+                                     "grad_norm": _nan(gnorm), "grad_max": _nan(gmax),
+                                     "loss_nonfinite": float(loss is not None and not math.isfinite(loss)),
+                                     "grad_nonfinite": float(gnorm is not None and not math.isfinite(gnorm)),
+                                     "first_nonfinite_module": math.nan}
+        if scalars["grad_nonfinite"]:
+            counts = gs.nonfinite_counts(layout, sample)
+            if counts is not None:
+                mods["nan_count"] = layout.member @ counts
         if act_ids:
             acts, first_bad = act.aggregate(layout.n_modules, act_ids, host["act"])
             mods.update(acts)
-            if "nan_count" in mods:
-                mods["nan_count"] = mods["nan_count"] + np.nan_to_num(acts["act_nan"])
-            else:
-                mods["nan_count"] = np.nan_to_num(acts["act_nan"])
-        upd = None
+            mods["nan_count"] = mods.get("nan_count", 0.0) + np.nan_to_num(acts["act_nan"])
+            if first_bad is not None:
+                scalars["first_nonfinite_module"] = float(first_bad)
         if self._upd_ids is not None and "upd_delta" in host:
             upd = gs.update_ratio(layout, self._upd_ids, host["upd_delta"], host["upd_weight"])
             self.writer.put_metric(self._upd_step, "update_ratio", upd)
             mods["update_ratio"] = upd
             self._upd_ids = None
-        loss = self._loss(host)
-        present = sample.present
-        with np.errstate(invalid="ignore", over="ignore"):
-            gnorm = float(np.sqrt(np.sum(np.where(present, sample.l2, 0.0) ** 2))) if present.any() else None
-            gmax = float(np.max(np.where(present, sample.linf, -np.inf))) if present.any() else None
-        scalars: dict[str, float] = {"step": float(step), "loss": _nan(loss), "lr": _nan(self._lr()),
-                                     "grad_norm": _nan(gnorm), "grad_max": _nan(gmax),
-                                     "first_nonfinite_module": math.nan if first_bad is None else float(first_bad)}
-        _global_from_modules(scalars, mods, layout)
+        if sampled or len(mods) > 2:
+            _global_from_modules(scalars, mods, layout)
+        else:
+            scalars["nan_count"] = scalars["grad_nonfinite"]
         history.push(StepValues(step, scalars, mods))
         fired = self._evaluate(history)
         anomalies = [f for f in fired if f.trigger in self.triggers]
@@ -381,8 +393,7 @@ class Session:
             self.anomalies.append((step, f.trigger))
             self.writer.put_event(step, EVENT_TRIGGER, f.trigger, module=f.module, condition=f.condition, value=f.value,
                                   message=f.message, data={"capture_until": self._capture_until})
-        self._zeroed_value = self._zeroed_flag(host)
-        self._write_step(step, loss, sampled=sampled, grad_norm=gnorm, grad_max=gmax, zeroed=self._zeroed_value, capture=capture)
+        self._write_step(step, loss, sampled=sampled, grad_norm=gnorm, grad_max=gmax, zeroed=self._zeroed_flag(host), capture=capture)
         for kind in ("grad_norm", "grad_max", "grad_mean", "grad_zero_frac", "weight_norm", "nan_count", *act.FIELDS):
             if kind in mods:
                 self.writer.put_metric(step, kind, mods[kind])
@@ -457,7 +468,7 @@ class Session:
         if version == self._watch_version:
             return
         self._watch_version = version
-        keep = [(t, b) for t, b in self.watch_triggers if b]
+        keep: list[tuple[Trigger, bool]] = [(t, b) for t, b in self.watch_triggers if b]
         for wid, text, module, _file, _line in rows:
             try:
                 cond = parse(text)
@@ -539,7 +550,7 @@ class Session:
         losses = host.get("loss")
         if losses is None or not len(losses):
             return None
-        return float(np.mean(losses))
+        return float(losses[0]) if len(losses) == 1 else float(losses.astype(np.float64).mean())
 
     def _zeroed_flag(self, host: dict[str, np.ndarray]) -> int | None:
         if self._zeroed:
@@ -559,9 +570,8 @@ class Session:
     def _write_step(self, step: int, loss: float | None, *, sampled: bool, grad_norm: float | None, grad_max: float | None,
                     zeroed: int | None, capture: bool = False) -> None:
         now = time.perf_counter()
-        self.writer.put_step({"step": step, "time": time.time(), "duration": now - self._last_time, "loss": loss, "lr": self._lr(),
-                              "grad_norm": grad_norm, "grad_max": grad_max, "sampled": int(sampled), "n_backward": self._n_backward,
-                              "grads_zeroed": zeroed, "capture": int(capture)})
+        self.writer.execute(_STEP_SQL, (step, time.time(), now - self._last_time, loss, self._lr(), grad_norm, grad_max, int(sampled),
+                                        self._n_backward, zeroed, int(capture)))
         self._last_time = now
 
     def _write_order(self, order: list[int]) -> None:

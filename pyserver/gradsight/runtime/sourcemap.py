@@ -43,8 +43,16 @@ def _qualname(cls: type) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
-@lru_cache(maxsize=1024)
+_SOURCES: dict[type, _ClassSource | None] = {}
+
+
 def _class_source(cls: type) -> _ClassSource | None:
+    if cls not in _SOURCES:
+        _SOURCES[cls] = _read_class_source(cls)
+    return _SOURCES[cls]
+
+
+def _read_class_source(cls: type) -> _ClassSource | None:
     try:
         file = inspect.getsourcefile(cls)
         lines, start = inspect.getsourcelines(cls)
@@ -64,6 +72,8 @@ def _class_source(cls: type) -> _ClassSource | None:
         assigns.setdefault(name, line + offset)
 
     for node in ast.walk(tree):
+        if not isinstance(node, (ast.stmt, ast.expr)):
+            continue
         targets: list[ast.expr] = []
         if isinstance(node, ast.Assign):
             targets = list(node.targets)
@@ -85,7 +95,7 @@ def _class_source(cls: type) -> _ClassSource | None:
             if isinstance(key, ast.Constant) and isinstance(key.value, str):
                 note(key.value, node.lineno)
             elif isinstance(key, ast.JoinedStr):
-                regex = "".join(re.escape(v.value) if isinstance(v, ast.Constant) else ".+" for v in key.values)
+                regex = "".join(re.escape(str(v.value)) if isinstance(v, ast.Constant) else ".+" for v in key.values)
                 patterns.append((re.compile(f"^{regex}$"), node.lineno + offset))
     cls_node = next((n for n in tree.body if isinstance(n, ast.ClassDef)), None)
     class_line = cls_node.lineno + offset if cls_node is not None else start

@@ -11,8 +11,8 @@ from __future__ import annotations
 import fnmatch
 import math
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 
@@ -108,38 +108,48 @@ class Trigger:
         return hit
 
 
-def _layer_ids(history: History, weighted: np.ndarray) -> list[int]:
-    return [i for i in range(len(history.names)) if weighted[i]]
-
-
 def loss_spike(t: Thresholds) -> Check:
+    past: deque[float] = deque(maxlen=t.loss_spike_window)
+
     def check(h: History) -> Fired | None:
-        loss = h.value("loss", None)
-        if loss is None:
+        loss = h.current.scalars.get("loss")
+        if loss is None or math.isnan(loss):
             return None
-        past = h.history("loss", None, t.loss_spike_window + 1)[:-1]
-        if len(past) < max(3, t.loss_spike_window // 2):
-            return None
-        mean = sum(past) / len(past)
-        if mean > 0 and loss > t.loss_spike_factor * mean:
-            return Fired("loss_spike", f"loss {loss:.4g} is {loss / mean:.1f}x its {len(past)}-step mean {mean:.4g}",
-                         value=loss, condition=f"loss > {t.loss_spike_factor:g} * mean(loss, {t.loss_spike_window})")
-        return None
+        hit = None
+        if len(past) >= max(3, t.loss_spike_window // 2):
+            mean = sum(past) / len(past)
+            if mean > 0 and loss > t.loss_spike_factor * mean:
+                hit = Fired("loss_spike", f"loss {loss:.4g} is {loss / mean:.1f}x its {len(past)}-step mean {mean:.4g}",
+                            value=loss, condition=f"loss > {t.loss_spike_factor:g} * mean(loss, {t.loss_spike_window})")
+        if math.isfinite(loss):
+            past.append(loss)
+        return hit
 
     return check
 
 
-def grad_explode(t: Thresholds, own: np.ndarray) -> Check:
+def _first_max(values: np.ndarray) -> tuple[int, float]:
+    clean = np.where(np.isfinite(values), values, -np.inf)
+    k = int(np.argmax(clean))
+    return k, float(clean[k])
+
+
+def grad_explode(t: Thresholds, layers: np.ndarray) -> Check:
     def check(h: History) -> Fired | None:
         cur = h.current
         norms = cur.modules.get("grad_norm")
-        if norms is not None and len(norms):
-            layer = np.where(own[: len(norms)], norms, np.nan)
-            with np.errstate(invalid="ignore"):
-                if np.isfinite(layer).any() and np.nanmax(np.where(np.isfinite(layer), layer, np.nan)) > t.layer_grad_norm:
-                    i = int(np.nanargmax(np.where(np.isfinite(layer), layer, np.nan)))
-                    return Fired("grad_explode", f"gradient norm of {h.names[i]!r} is {layer[i]:.4g} > {t.layer_grad_norm:g}",
-                                 module=h.names[i], value=float(layer[i]), condition=f"grad_norm > {t.layer_grad_norm:g}")
+        if norms is not None and len(layers):
+            vals = norms[layers]
+            top = vals.max()  # NaN if any is NaN: then look closer
+            if top != top:
+                k, top = _first_max(vals)
+            else:
+                k = -1
+            if top > t.layer_grad_norm:
+                k = k if k >= 0 else int(np.argmax(vals))
+                i = int(layers[k])
+                return Fired("grad_explode", f"gradient norm of {h.names[i]!r} is {top:.4g} > {t.layer_grad_norm:g}",
+                             module=h.names[i], value=top, condition=f"grad_norm > {t.layer_grad_norm:g}")
         g = cur.scalars.get("grad_norm")
         if g is not None and math.isfinite(g) and g > t.global_grad_norm:
             return Fired("grad_explode", f"global gradient norm {g:.4g} > {t.global_grad_norm:g}", value=g,
@@ -149,62 +159,61 @@ def grad_explode(t: Thresholds, own: np.ndarray) -> Check:
     return check
 
 
-def nan_inf(t: Thresholds, own: np.ndarray) -> Check:
+def nan_inf(t: Thresholds, layers: np.ndarray) -> Check:
     def check(h: History) -> Fired | None:
         cur = h.current
         loss = cur.scalars.get("loss")
+        act_nan = cur.modules.get("act_nan")
+        bad_loss = cur.scalars.get("loss_nonfinite") == 1.0
+        bad_grad = cur.scalars.get("grad_nonfinite") == 1.0
+        bad_act = act_nan is not None and bool(np.nan_to_num(act_nan, nan=0.0).any())
+        if not (bad_loss or bad_grad or bad_act):
+            return None
         first = cur.scalars.get("first_nonfinite_module")
-        where = h.names[int(first)] if first is not None and not math.isnan(first) else None
-        if loss is not None and not math.isfinite(loss):
-            return Fired("nan_inf", f"loss is {loss}", module=where, value=loss, condition="not finite(loss)")
-        for metric in ("grad_norm", "act_nan"):
-            arr = cur.modules.get(metric)
-            if arr is None:
-                continue
-            if metric == "act_nan":
-                bad = np.nan_to_num(arr, nan=0.0) > 0
-            else:
-                present = cur.modules.get("grad_present")
-                bad = np.isinf(arr)
-                if present is not None:
-                    bad |= np.isnan(arr) & (present > 0)
-            if bad.any():
-                leaf = bad & own[: len(bad)]
-                i = int(first) if first is not None and not math.isnan(first) else int(np.argmax(leaf if leaf.any() else bad))
-                what = "non-finite gradients" if metric == "grad_norm" else "non-finite output"
-                return Fired("nan_inf", f"{what} in {h.names[i]!r}", module=h.names[i], condition="nan_count > 0")
-        return None
+        module = None
+        if first is not None and not math.isnan(first):
+            module = h.names[int(first)]
+        elif bad_grad:
+            norms = cur.modules.get("grad_norm")
+            if norms is not None and len(layers):
+                bad = ~np.isfinite(norms[layers])
+                if bad.any():
+                    module = h.names[int(layers[int(np.argmax(bad))])]
+        what = f"loss is {loss}" if bad_loss else "non-finite gradients" if bad_grad else "non-finite activations"
+        return Fired("nan_inf", what + (f" (first in {module!r})" if module else ""), module=module,
+                     value=loss if bad_loss else None, condition="nan_count > 0")
 
     return check
 
 
 def vanishing(t: Thresholds, weighted: np.ndarray, numel: np.ndarray) -> Check:
+    root_numel = np.sqrt(numel[weighted]) if len(weighted) else np.zeros(0)
+
     def check(h: History) -> Fired | None:
         cur = h.current
         norms = cur.modules.get("grad_norm")
-        if norms is None:
+        if norms is None or len(weighted) < 2:
             return None
-        ids = _layer_ids(h, weighted)
         mean_abs = cur.modules.get("grad_mean")
         with np.errstate(invalid="ignore", divide="ignore"):
             # mean |grad| when sampled; the RMS (>= mean |grad|) otherwise
-            level = mean_abs if mean_abs is not None else norms / np.sqrt(numel)
-            vals = np.array([level[i] for i in ids])
-        ok = np.isfinite(vals) & (vals > 0)
-        if ok.sum() < 2:
+            vals = mean_abs[weighted] if mean_abs is not None else norms[weighted] / root_numel
+            low = vals.min()
+            if low >= t.vanishing_mean_grad:  # the common case: nothing near vanishing (False for NaN)
+                return None
+            ok = np.isfinite(vals) & (vals > 0)
+            if ok.sum() < 2:
+                return None
+            top = vals[ok].max()
+            # absolute smallness alone may be convergence, relative smallness alone another layer
+            # exploding: vanishing is a layer both tiny and far below the others
+            cand = ok & (vals < t.vanishing_mean_grad) & (vals < 0.1 * top)
+        if not cand.any():
             return None
-        top = vals[ok].max()
-        for k, i in enumerate(ids):
-            v = vals[k]
-            if not ok[k]:
-                continue
-            ratio = v / top
-            # absolute smallness alone may be convergence, relative smallness alone may be another
-            # layer exploding: vanishing is a layer both tiny and far below the others
-            if v < t.vanishing_mean_grad and ratio < 0.1:
-                return Fired("vanishing", f"mean |grad| of {h.names[i]!r} is {v:.3g} ({ratio:.2g} of the largest layer's)",
-                             module=h.names[i], value=float(v), condition=f"grad_mean < {t.vanishing_mean_grad:g}")
-        return None
+        k = int(np.argmax(cand))
+        i, v = int(weighted[k]), float(vals[k])
+        return Fired("vanishing", f"mean |grad| of {h.names[i]!r} is {v:.3g} ({v / top:.2g} of the largest layer's)",
+                     module=h.names[i], value=v, condition=f"grad_mean < {t.vanishing_mean_grad:g}")
 
     return check
 
@@ -213,27 +222,31 @@ def dead_units(t: Thresholds, weighted: np.ndarray) -> Check:
     def check(h: History) -> Fired | None:
         cur = h.current
         norms = cur.modules.get("grad_norm")
-        if norms is not None:
-            ids = _layer_ids(h, weighted)
-            live = [i for i in ids if np.isfinite(norms[i])]
-            if len(live) >= 2 and any(norms[i] > 0 for i in live):
-                for i in live:
-                    if norms[i] == 0:
-                        return Fired("dead_units", f"every gradient of {h.names[i]!r} is exactly zero: its units are dead",
-                                     module=h.names[i], value=1.0, condition="grad_zero_frac == 1")
+        if norms is not None and len(weighted) >= 2:
+            vals = norms[weighted]
+            low = vals.min()
+        if norms is not None and len(weighted) >= 2 and not low > 0:  # some layer at exactly zero (or NaN)
+            finite = np.isfinite(vals)
+            zero = finite & (vals == 0)
+            if zero.any() and (vals[finite] > 0).any():
+                i = int(weighted[int(np.argmax(zero))])
+                return Fired("dead_units", f"every gradient of {h.names[i]!r} is exactly zero: its units are dead",
+                             module=h.names[i], value=1.0, condition="grad_zero_frac == 1")
+        if "dead_frac" not in cur.modules and "grad_zero_frac" not in cur.modules:
+            return None  # not a sampled step
         for metric, limit in (("dead_frac", t.dead_units_frac), ("in_dead_frac", t.dead_units_frac), ("grad_zero_frac", t.dead_grad_frac)):
             arr = cur.modules.get(metric)
             if arr is None:
                 continue
             if metric == "grad_zero_frac":
-                arr = np.where(weighted[: len(arr)], arr, np.nan)
-            with np.errstate(invalid="ignore"):
-                hit = np.nan_to_num(arr, nan=-1.0) >= limit
-            if hit.any():
-                i = int(np.argmax(np.nan_to_num(arr, nan=-1.0)))
+                masked = np.full(len(arr), np.nan)
+                masked[weighted] = arr[weighted]
+                arr = masked
+            k, top = _first_max(arr)
+            if top >= limit:
                 what = {"dead_frac": "of its units are dead", "in_dead_frac": "of its input units are dead",
                         "grad_zero_frac": "of its gradients are exactly zero"}[metric]
-                return Fired("dead_units", f"{arr[i]:.0%} {what} in {h.names[i]!r}", module=h.names[i], value=float(arr[i]),
+                return Fired("dead_units", f"{top:.0%} {what} in {h.names[k]!r}", module=h.names[k], value=top,
                              condition=f"{metric if metric != 'in_dead_frac' else 'dead_frac'} >= {limit:g}")
         return None
 
@@ -274,12 +287,15 @@ def _shown(h: History, cond: Condition, binding: str | None, scope: str | None) 
 
 
 def build(names: list[str], t: Thresholds, own: np.ndarray, weighted: np.ndarray, numel: np.ndarray, rearm: int) -> dict[str, Trigger]:
+    """The built-in triggers. ``own``/``weighted`` are boolean masks over modules."""
+    layers = np.flatnonzero(own)
+    weighted_ids = np.flatnonzero(weighted)
     checks: dict[str, Check] = {
         "loss_spike": loss_spike(t),
-        "grad_explode": grad_explode(t, own),
-        "nan_inf": nan_inf(t, own),
-        "vanishing": vanishing(t, weighted, numel),
-        "dead_units": dead_units(t, weighted),
+        "grad_explode": grad_explode(t, layers),
+        "nan_inf": nan_inf(t, layers),
+        "vanishing": vanishing(t, weighted_ids, numel),
+        "dead_units": dead_units(t, weighted_ids),
     }
     return {k: Trigger(k, v, rearm) for k, v in checks.items()}
 

@@ -81,7 +81,7 @@ class RunStore:
     def close(self) -> None:
         self.conn.close()
 
-    def __enter__(self) -> "RunStore":
+    def __enter__(self) -> RunStore:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -164,7 +164,7 @@ class RunStore:
             args = (kind,)
         out = []
         for r in self.conn.execute(sql + " ORDER BY id", args):
-            out.append(Event(*r[:9], data=json.loads(r[9]) if r[9] else {}))
+            out.append(Event(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], json.loads(r[9]) if r[9] else {}))
         return out
 
     def tensors(self, step: int | None = None) -> list[TensorInfo]:

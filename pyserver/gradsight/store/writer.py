@@ -16,8 +16,9 @@ import sqlite3
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -66,6 +67,7 @@ class StoreWriter:
         self._failed: str | None = None
         self._watches: list[tuple[Any, ...]] = []
         self._watch_version = 0
+        self._wake = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="gradsight-store-writer", daemon=True)
         self._thread.start()
 
@@ -108,11 +110,13 @@ class StoreWriter:
         """Block until everything put so far is committed."""
         done = threading.Event()
         self._queue.put(done)
+        self._wake.set()
         done.wait(timeout)
 
     def close(self, timeout: float = 30.0) -> None:
         if self._thread.is_alive():
             self._queue.put(_STOP)
+            self._wake.set()
             self._thread.join(timeout)
 
     # -- the writer thread --------------------------------------------------
@@ -123,21 +127,16 @@ class StoreWriter:
         last_poll = 0.0
         stop = False
         while not stop:
-            batch: list[Any] = []
+            # one commit per interval, not per row: the training thread's puts never wake us
+            self._wake.wait(self.flush_interval)
+            self._wake.clear()
+            rows: list[tuple[str, tuple[Any, ...]]] = []
             waiters: list[threading.Event] = []
-            try:
-                item = self._queue.get(timeout=self.flush_interval)
-                batch.append(item)
-                deadline = time.monotonic() + self.flush_interval
-                while time.monotonic() < deadline:
-                    try:
-                        batch.append(self._queue.get_nowait())
-                    except queue.Empty:
-                        break
-            except queue.Empty:
-                pass
-            rows = []
-            for item in batch:
+            while True:
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
                 if item is _STOP:
                     stop = True
                 elif isinstance(item, threading.Event):
@@ -152,19 +151,6 @@ class StoreWriter:
                 self._poll_watches(conn)
             for w in waiters:
                 w.set()
-        # drain whatever arrived with the stop
-        rest = []
-        while True:
-            try:
-                item = self._queue.get_nowait()
-            except queue.Empty:
-                break
-            if isinstance(item, threading.Event):
-                item.set()
-            elif item is not _STOP:
-                rest.append(item)
-        if rest and self._failed is None:
-            self._commit(conn, rest)
         conn.close()
 
     def _commit(self, conn: sqlite3.Connection, rows: list[tuple[str, tuple[Any, ...]]]) -> None:

@@ -1,0 +1,156 @@
+"""Overhead of gradsight.watch against plain training, interleaved in one process.
+
+    python benchmarks/overhead.py [--rounds 5] [--steps 100] [--models bert,demo] [--device cpu|cuda]
+
+For each model: blocks of ``--steps`` training steps alternate between plain
+and watched (a fresh session per block, defaults unless --every is given),
+``--rounds`` times. Prints the median over rounds of each mode's mean ms/step, and the median over
+rounds of the ratio watched/plain of blocks run back to back: the figure to
+read (machines here are shared and noisy).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from torch import nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "pyserver"))
+
+from gradsight.runtime.api import watch  # noqa: E402
+from gradsight.runtime.session import DEFAULT_EVERY  # noqa: E402
+
+Step = Callable[[], None]
+
+
+def bert_setup(device: str) -> tuple[nn.Module, torch.optim.Optimizer, Step]:
+    from transformers import BertConfig, BertForSequenceClassification
+
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=1000, hidden_size=128, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=512, max_position_embeddings=128, num_labels=4)
+    model = BertForSequenceClassification(config).to(device).train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    ids = torch.randint(0, 1000, (16, 64), device=device)
+    labels = torch.randint(0, 4, (16,), device=device)
+
+    def step() -> None:
+        opt.zero_grad()
+        model(input_ids=ids, labels=labels).loss.backward()
+        opt.step()
+
+    return model, opt, step
+
+
+def demo_setup(device: str) -> tuple[nn.Module, torch.optim.Optimizer, Step]:
+    from gradsight.demo import model as dm
+
+    torch.manual_seed(0)
+    model = dm.TinyTransformer().to(device)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)  # the demo's model without its fault
+    tokens, targets = next(dm.batches(0))
+    tokens, targets = tokens.to(device), targets.to(device)
+    loss_fn = nn.CrossEntropyLoss()
+
+    def step() -> None:
+        opt.zero_grad()
+        logits = model(tokens)
+        loss_fn(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1)).backward()
+        opt.step()
+
+    return model, opt, step
+
+
+def cnn_setup(device: str) -> tuple[nn.Module, torch.optim.Optimizer, Step]:
+    torch.manual_seed(0)
+    model = nn.Sequential(
+        nn.Conv2d(3, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(32, 64, 3, padding=1), nn.BatchNorm2d(64), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Flatten(), nn.Linear(64 * 8 * 8, 128), nn.ReLU(), nn.Linear(128, 10),
+    ).to(device)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    x = torch.randn(32, 3, 32, 32, device=device)
+    y = torch.randint(0, 10, (32,), device=device)
+
+    def step() -> None:
+        opt.zero_grad()
+        nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+
+    return model, opt, step
+
+
+SETUPS = {"bert": bert_setup, "demo": demo_setup, "cnn": cnn_setup}
+
+
+def _sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def time_block(step: Step, n: int, device: str) -> list[float]:
+    out = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        step()
+        _sync(device)
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+def measure(name: str, device: str, rounds: int, steps: int, modes: dict[str, int | None], tmp: Path) -> dict[str, list[float]]:
+    """Per round, each mode's mean ms/step over its block (a mean, so sampled steps count in full)."""
+    model, opt, step = SETUPS[name](device)
+    time_block(step, 10, device)  # warm up
+    out: dict[str, list[float]] = {m: [] for m in modes}
+    for r in range(rounds):
+        for mode, every in modes.items():
+            if every is None:
+                block = time_block(step, steps, device)
+            else:
+                handle = watch(model, opt, store=tmp / f"{name}-{mode}-{r}.db", every=every)
+                try:
+                    block = time_block(step, steps, device)
+                finally:
+                    handle.close()
+            out[mode].append(statistics.fmean(block) * 1000)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--steps", type=int, default=2 * DEFAULT_EVERY, help="steps per block (a multiple of --every keeps sampling exact)")
+    ap.add_argument("--models", default="bert,demo")
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--every", type=int, default=DEFAULT_EVERY)
+    ap.add_argument("--full", action="store_true", help="also measure full detail (activation statistics every step)")
+    args = ap.parse_args()
+    modes: dict[str, int | None] = {"plain": None, "gradsight": args.every}
+    if args.full:
+        modes["full"] = 1
+    print(f"device {args.device}, torch {torch.__version__}, threads {torch.get_num_threads()}, "
+          f"{args.rounds} rounds x {args.steps} steps per mode, interleaved")
+    header = f"{'model':<8}" + "".join(f"{m + ' ms/step':>20}" for m in modes) + "".join(f"{m + ' ratio':>16}" for m in modes if m != "plain")
+    print(header)
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in args.models.split(","):
+            res = measure(name, args.device, args.rounds, args.steps, modes, Path(tmp))
+            row = f"{name:<8}" + "".join(f"{statistics.median(res[m]):>20.2f}" for m in modes)
+            # the ratio of each round's blocks (run back to back), then the median over rounds
+            for m in modes:
+                if m != "plain":
+                    ratios = [w / p for w, p in zip(res[m], res["plain"])]
+                    row += f"{statistics.median(ratios):>16.3f}"
+            print(row, flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,30 @@
+"""`gradsight demo`: the built-in transformer's real fault explodes at a known step and is caught."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from gradsight.store import RunStore
+
+from .conftest import run_gradsight
+
+
+def test_demo_catches_the_explosion(tmp_path: Path) -> None:
+    out = tmp_path / "demo"
+    proc = run_gradsight("demo", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert "anomaly: step 79 (loss_spike)" in proc.stdout
+    with RunStore(out / "snapshot.db") as run:
+        events = run.events("trigger")
+        assert [(e.step, e.name) for e in events] == [(79, "loss_spike"), (83, "grad_explode")]
+        assert events[1].module == "head"
+        names = [m.name for m in run.modules()]
+        # the fault: the embedding's output keeps growing out of range while the loss is still fine
+        steps, act_max = run.metric("act_max")
+        embed = act_max[:, names.index("embed")]
+        assert np.all(np.diff(embed[steps <= 79]) > 0) and embed[steps == 79][0] > 20 * embed[0]
+        losses = run.steps()["loss"]
+        assert losses[:60].min() < losses[0] / 2  # it learned before it broke
+        assert {t.role for t in run.tensors(step=79)} >= {"gradient", "weight", "activation", "input"}

@@ -1,0 +1,140 @@
+"""The explicit API: gradsight.watch(model, optimizer) in a plain script, and what it never does to training."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+import gradsight
+from gradsight.runtime import gradstats
+from gradsight.store import RunStore
+
+
+def _mlp() -> nn.Sequential:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 16), nn.ReLU(), nn.Linear(16, 1))
+
+
+def _train(model: nn.Module, opt: torch.optim.Optimizer, steps: int, zero: bool = True) -> list[float]:
+    gen = torch.Generator().manual_seed(1)
+    losses = []
+    for _ in range(steps):
+        x = torch.randn(32, 8, generator=gen)
+        if zero:
+            opt.zero_grad()
+        loss = (model(x) - x.sum(1, keepdim=True)).pow(2).mean()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses
+
+
+def test_watch_records_without_changing_training(tmp_path: Path) -> None:
+    plain_model = _mlp()
+    plain = _train(plain_model, torch.optim.SGD(plain_model.parameters(), lr=0.01), 20)
+    model = _mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    with gradsight.watch(model, opt, store=tmp_path / "run.db", every=1) as handle:
+        watched = _train(model, opt, 20)
+    assert watched == plain  # bit-identical losses: gradsight only reads
+    assert handle.step == 20 and handle.anomalies == []
+    with RunStore(handle.store) as run:
+        assert np.allclose(run.steps()["loss"], plain)
+        assert run.run()["loss_source"] == "backward"
+        _, sat = run.metric("sat_frac")
+        assert np.isfinite(sat[:, 2]).all() and np.isnan(sat[:, 1]).all()  # measured on the Tanh only
+        assert run.run()["status"] == "finished"
+
+
+def test_frozen_and_not_updated_parameters(tmp_path: Path) -> None:
+    model = _mlp()
+    model[0].weight.requires_grad_(False)  # frozen
+    params = [p for n, p in model.named_parameters() if not n.startswith("4.")]  # layer 4 forgotten
+    opt = torch.optim.Adam([p for p in params if p.requires_grad], lr=1e-3)
+    with gradsight.watch(model, opt, store=tmp_path / "run.db", every=2) as handle:
+        _train(model, opt, 6)
+    with RunStore(handle.store) as run:
+        by_name = {p["name"]: p for p in run.params()}
+        assert by_name["0.weight"]["trainable"] == 0 and by_name["0.weight"]["got_grad"] == 0
+        assert by_name["4.weight"]["got_grad"] == 1 and by_name["4.weight"]["in_optimizer"] == 0
+        assert by_name["2.weight"]["in_optimizer"] == 1
+        warn = [e for e in run.events("warning") if e.name == "not_updated"]
+        assert len(warn) == 1 and "4.weight" in warn[0].message
+        st, ratio = run.metric("update_ratio")
+        names = [m.name for m in run.modules()]
+        assert np.isnan(ratio[:, names.index("4")]).all()  # never stepped
+        assert (ratio[:, names.index("2")] > 0).all()
+
+
+def test_grads_not_zeroed_is_recorded(tmp_path: Path) -> None:
+    model = _mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    with gradsight.watch(model, opt, store=tmp_path / "run.db") as handle:
+        _train(model, opt, 5, zero=False)
+    with RunStore(handle.store) as run:
+        assert run.steps()["grads_zeroed"].tolist() == [1, 0, 0, 0, 0]
+
+
+def test_explicit_loss_and_manual_steps(tmp_path: Path) -> None:
+    model = _mlp()
+    with gradsight.watch(model, store=tmp_path / "run.db") as handle:
+        for i in range(4):
+            loss = model(torch.ones(4, 8)).pow(2).mean()
+            loss.backward()
+            with torch.no_grad():
+                for p in model.parameters():
+                    p -= 0.01 * p.grad
+                    p.grad = None
+            handle.log(loss=100.0 + i)
+            handle.mark_step()
+    with RunStore(handle.store) as run:
+        assert run.steps()["loss"].tolist() == [100.0, 101.0, 102.0, 103.0]
+        assert run.run()["loss_source"] == "explicit"
+
+
+def test_internal_error_degrades_and_training_goes_on(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]) -> None:
+    def broken(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("simulated bug in gradsight")
+
+    monkeypatch.setattr(gradstats, "queue_grads", broken)
+    model = _mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    with gradsight.watch(model, opt, store=tmp_path / "run.db") as handle:
+        losses = _train(model, opt, 10)
+    assert len(losses) == 10 and losses[-1] < losses[0]
+    err = capfd.readouterr().err
+    assert err.count("gradsight: internal error in step") == 1  # reported once
+    with RunStore(handle.store) as run:
+        assert [e.name for e in run.events("warning")] == ["internal_error"]
+
+
+def test_user_exceptions_pass_through_unchanged(tmp_path: Path) -> None:
+    class Bad(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(2, 2)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            raise KeyError("from the user's forward")
+
+    model = Bad()
+    with pytest.raises(KeyError, match="from the user's forward"):
+        with gradsight.watch(model, store=tmp_path / "run.db", every=1):
+            model(torch.ones(1, 2))
+    with RunStore(tmp_path / "run.db") as run:
+        assert run.run()["status"] == "crashed"
+    # and the hooks are gone afterwards
+    assert torch.autograd.backward.__module__ == "torch.autograd"
+
+
+def test_one_session_at_a_time(tmp_path: Path) -> None:
+    model = _mlp()
+    with gradsight.watch(model, store=tmp_path / "a.db"):
+        with pytest.raises(RuntimeError, match="already watching"):
+            gradsight.watch(model, store=tmp_path / "b.db")
+    with pytest.raises(TypeError, match="must be a torch.nn.Module"):
+        gradsight.watch("model", store=tmp_path / "c.db")  # type: ignore[arg-type]
