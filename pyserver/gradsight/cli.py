@@ -1,4 +1,4 @@
-"""The command line: ``gradsight demo | trace``."""
+"""The command line: ``gradsight demo | trace | diagnose``."""
 
 from __future__ import annotations
 
@@ -127,6 +127,43 @@ def cmd_trace(argv: list[str]) -> int:
     return run(target, script_args, module=module, store=store, settings=settings, quiet=bool(opts.get("quiet")))
 
 
+def cmd_diagnose(args: argparse.Namespace) -> int:
+    import json
+
+    from .analysis.data import load
+    from .analysis.diagnose import analyse_run, build
+    from .analysis.summary import text
+    from .store import StoreError
+    from .thresholds import ThresholdError
+    from .thresholds import load as load_thresholds
+
+    try:
+        thresholds = load_thresholds(os.getcwd())
+        data = load(args.store)
+        findings, cause = analyse_run(data, thresholds)
+        diagnosis = build(data, findings, cause)
+    except (StoreError, ThresholdError) as exc:
+        print(f"gradsight diagnose: {exc}", file=sys.stderr)
+        return 2
+    if args.report:
+        from .viz.report import html_report, pdf_report
+
+        if args.report.lower().endswith(".pdf"):
+            pdf_report(data, diagnosis, args.report)
+        elif args.report.lower().endswith((".html", ".htm")):
+            Path(args.report).write_text(html_report(data, diagnosis), encoding="utf-8")
+        else:
+            print(f"gradsight diagnose: --report must end in .html or .pdf, got {args.report!r}", file=sys.stderr)
+            return 2
+    if args.json:
+        print(json.dumps(diagnosis, indent=2, default=str))
+    else:
+        print(text(diagnosis))
+        if args.report:
+            print(f"report: {args.report}")
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from .demo.run import run_demo
 
@@ -139,13 +176,19 @@ def main(argv: list[str] | None = None) -> int:
         return cmd_trace(argv[1:])
     parser = argparse.ArgumentParser(prog="gradsight", description="Debug PyTorch training: catch, trace and explain anomalies.")
     parser.add_argument("--version", action="version", version=f"gradsight {__import__('gradsight').__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="{demo,trace}")
+    sub = parser.add_subparsers(dest="command", metavar="{demo,trace,diagnose}")
     demo = sub.add_parser("demo", help="train a small transformer with a real fault, catch and explain it")
     demo.add_argument("--out", default="gradsight-demo", help="folder for snapshot.db and the reports (default: ./gradsight-demo)")
     sub.add_parser("trace", help="run an unchanged training script instrumented (see `gradsight trace --help`)")
+    diag = sub.add_parser("diagnose", help="health, anomaly, root cause and fixes of a run store")
+    diag.add_argument("store", help="a run store written by gradsight trace / watch")
+    diag.add_argument("--json", action="store_true", help="print the gradsight.diagnosis/1 JSON object")
+    diag.add_argument("--report", metavar="FILE", help="also write an HTML (.html) or PDF (.pdf) report")
     args = parser.parse_args(argv)
     if args.command == "demo":
         return cmd_demo(args)
+    if args.command == "diagnose":
+        return cmd_diagnose(args)
     parser.print_help()
     return 2
 

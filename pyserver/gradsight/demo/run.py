@@ -5,10 +5,16 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 
+from ..analysis.data import RunData, load
+from ..analysis.diagnose import analyse_run, build
 from ..runtime.session import Session
+from ..thresholds import Thresholds
+from ..viz import pictures
+from ..viz.report import html_report, pdf_report
 from . import model as demo_model
 
 
@@ -37,12 +43,36 @@ def run_demo(out: Path) -> int:
         if session is not None:
             session.close()
     assert session is not None
-    took = time.perf_counter() - started
-    print(f"gradsight demo: {len(losses)} steps in {took:.1f} s, final loss {losses[-1]:.4g}", file=sys.stderr)
-    if session.anomalies:
-        step, name = session.anomalies[0]
-        print(f"anomaly: step {step} ({name}); all: " + ", ".join(f"{n}@{s}" for s, n in session.anomalies))
+    trained = time.perf_counter() - started
+    print(f"gradsight demo: {len(losses)} steps in {trained:.1f} s; diagnosing", file=sys.stderr)
+    data = load(str(store))
+    findings, cause = analyse_run(data, Thresholds())
+    diagnosis = build(data, findings, cause, script=demo_model.__file__)
+    anomaly = diagnosis["anomaly"]
+    (out / "heatmap.png").write_bytes(pictures.heatmap(data, anomaly_step=anomaly["step"] if anomaly else None,
+                                                       capture=_capture(data, anomaly)))
+    (out / "report.html").write_text(html_report(data, diagnosis), encoding="utf-8")
+    pdf_report(data, diagnosis, str(out / "report.pdf"))
+    if anomaly:
+        print(f"anomaly: step {anomaly['step']} ({anomaly['trigger']})")
     else:
         print("anomaly: none caught")
-    print(f"snapshot: {store}")
+    rc = diagnosis["root_cause"]
+    if rc:
+        print(f"root cause: {rc['module']} - {rc['kind']} (confidence {rc['confidence']:.2f})")
+        print(f"  evidence: {diagnosis['evidence']}")
+        print("  path: " + " -> ".join(rc["path"]))
+    if diagnosis["fixes"]:
+        fix = diagnosis["fixes"][0]
+        print(f"first fix: {fix['title']}")
+        print("\n".join("    " + ln for ln in fix["snippet"].splitlines()))
+    print(f"written: {out / 'report.html'}, {out / 'report.pdf'}, {out / 'heatmap.png'}, {store}")
+    print(f"gradsight demo: done in {time.perf_counter() - started:.1f} s", file=sys.stderr)
     return 0
+
+
+def _capture(data: RunData, anomaly: dict[str, Any] | None) -> tuple[int, int] | None:
+    if not anomaly:
+        return None
+    ends = [e.data.get("capture_until") for e in data.events if e.kind == "trigger" and e.step == anomaly["step"]]
+    return (int(anomaly["step"]), int(ends[0])) if ends and ends[0] is not None else None

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 from torch import nn
+from torch.nn.modules.loss import _Loss
 from torch.utils.hooks import RemovableHandle
 
 from .layout import RELU_LIKE, SATURATING, WEIGHTED, Layout, first_tensor
@@ -82,6 +83,7 @@ class ActivationRecorder:
         self.capture_budget = 0
         self.captured: list[tuple[int, np.ndarray]] = []
         self.failed = False
+        self.loss_modules: set[str] = set()  # loss modules (outside the model) seen called
 
     @property
     def armed(self) -> bool:
@@ -111,6 +113,8 @@ class ActivationRecorder:
     def _hook(self, module: nn.Module, args: Any, output: Any) -> None:
         i = self.layout.module_index.get(id(module))
         if i is None or self.failed:
+            if i is None and isinstance(module, _Loss):
+                self.loss_modules.add(type(module).__name__)
             return
         calls = self._calls.get(i, 0)
         if calls >= MAX_CALLS_PER_STEP:

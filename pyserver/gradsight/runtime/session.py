@@ -45,8 +45,8 @@ DEFAULT_CAPTURE_WINDOW = 5
 DEFAULT_CAPTURE_BYTES = 64 * 2**20
 CAPTURE_MODULES = 4
 ACTIVE: Session | None = None
-_STEP_SQL = ("INSERT OR REPLACE INTO steps (step, time, duration, loss, lr, grad_norm, grad_max, sampled, n_backward, grads_zeroed, capture)"
-             " VALUES (?,?,?,?,?,?,?,?,?,?,?)")
+_STEP_SQL = ("INSERT OR REPLACE INTO steps (step, time, duration, loss, lr, grad_norm, grad_max, sampled, n_backward, grads_zeroed, capture,"
+             " loss_finite) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)")
 
 
 class GradsightStop(BaseException):
@@ -127,6 +127,7 @@ class Session:
         self._n_backward = 0
         self._zeroed: bool | None = None
         self._prebw: torch.Tensor | None = None
+        self._input_stats: torch.Tensor | None = None  # min, max, mean, std, non-finite count of the input
         self._auto_steps = False  # no optimizer seen: each backward ends a step
         self._explicit_steps = False  # the user ends steps with mark_step()
         self._transfer = gs.Transfer()
@@ -143,6 +144,7 @@ class Session:
         self._order_known = False
         self._params_state: dict[int, tuple[int, int, int]] = {}
         self._warned_unstepped = False
+        self._loss_modules_seen: set[str] = set()
         self._finder: RootFinder | None = None
         self._hooks = GlobalHooks(self)
         self._hooks.install()
@@ -314,6 +316,15 @@ class Session:
 
     def _on_root_forward(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         self._inputs.append((self.step, args, kwargs))
+        if self.recorder is not None and self.recorder.armed and self._input_stats is None:
+            try:
+                x = first_tensor(args) if args else first_tensor(kwargs)
+                if x is not None and x.is_floating_point() and x.numel() > 1:
+                    x = x.detach().float()
+                    mn, mx = torch.aminmax(x)
+                    self._input_stats = torch.stack([mn, mx, x.mean(), x.std(), (~torch.isfinite(x)).sum().float()])
+            except Exception as exc:
+                self._internal_error("input", exc)
 
     # -- the step ---------------------------------------------------------------
     def _sampled(self, step: int) -> bool:
@@ -335,6 +346,9 @@ class Session:
             self._write_step(step, self._loss(host), sampled=False, grad_norm=None, grad_max=None, zeroed=self._zeroed_flag(host))
             return
         idx = gs.queue_grads(layout, t, sampled)
+        if self._input_stats is not None:
+            t.add("input", self._input_stats)
+            self._input_stats = None
         act_ids: list[tuple[int, int, int, int]] = []
         if self.recorder is not None and self.recorder.armed:
             self.recorder.disarm()
@@ -398,6 +412,11 @@ class Session:
             if kind in mods:
                 self.writer.put_metric(step, kind, mods[kind])
         self.writer.put_metric(step, "param_grad_norm", sample.l2)
+        if "input" in host:
+            self.writer.put_metric(step, "input_stats", host["input"])
+        if self.recorder is not None and self.recorder.loss_modules - self._loss_modules_seen:
+            self._loss_modules_seen |= self.recorder.loss_modules
+            self.writer.update_run(loss_module=",".join(sorted(self._loss_modules_seen)))
         if sampled:
             self._update_params(sample.present)
         primary = self._primary() if self._primary is not None else None
@@ -533,12 +552,18 @@ class Session:
                     b.copy_(s)
         t = gs.Transfer()
         ids = rec.take(t.add)
+        if self._input_stats is not None:  # the replayed step's input statistics
+            t.add("input", self._input_stats)
+            self._input_stats = None
         for mid, arr in rec.captured:
             self.writer.put_tensor(step, self.layout.names[mid], "activation", arr)
         rec.capture, rec.captured = set(), []
         if not ids:
             return None
-        acts, first_bad = act.aggregate(self.layout.n_modules, ids, t.fetch()["act"])
+        host = t.fetch()
+        if "input" in host:
+            self.writer.put_metric(step, "input_stats", host["input"])
+        acts, first_bad = act.aggregate(self.layout.n_modules, ids, host["act"])
         for kind, values in acts.items():
             self.writer.put_metric(step, kind, values)
         return first_bad
@@ -570,8 +595,9 @@ class Session:
     def _write_step(self, step: int, loss: float | None, *, sampled: bool, grad_norm: float | None, grad_max: float | None,
                     zeroed: int | None, capture: bool = False) -> None:
         now = time.perf_counter()
+        finite = None if loss is None else int(math.isfinite(loss))
         self.writer.execute(_STEP_SQL, (step, time.time(), now - self._last_time, loss, self._lr(), grad_norm, grad_max, int(sampled),
-                                        self._n_backward, zeroed, int(capture)))
+                                        self._n_backward, zeroed, int(capture), finite))
         self._last_time = now
 
     def _write_order(self, order: list[int]) -> None:

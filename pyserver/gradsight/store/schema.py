@@ -20,7 +20,7 @@ CREATE TABLE IF NOT EXISTS run (
     script TEXT, argv TEXT, cwd TEXT, started REAL, ended REAL, status TEXT,
     torch_version TEXT, gradsight_version TEXT, python_version TEXT,
     device TEXT, rank INTEGER, world_size INTEGER, pid INTEGER, settings TEXT,
-    model TEXT, optimizer TEXT, loss_source TEXT
+    model TEXT, optimizer TEXT, loss_source TEXT, loss_module TEXT
 );
 CREATE TABLE IF NOT EXISTS modules (
     id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE, type TEXT NOT NULL,
@@ -35,7 +35,8 @@ CREATE TABLE IF NOT EXISTS params (
 CREATE TABLE IF NOT EXISTS steps (
     step INTEGER PRIMARY KEY, time REAL NOT NULL, duration REAL, loss REAL, lr REAL,
     grad_norm REAL, grad_max REAL, sampled INTEGER NOT NULL, n_backward INTEGER,
-    grads_zeroed INTEGER, capture INTEGER NOT NULL DEFAULT 0
+    grads_zeroed INTEGER, capture INTEGER NOT NULL DEFAULT 0,
+    loss_finite INTEGER  -- 0 when the loss was NaN/Inf (SQLite stores NaN as NULL), NULL with no loss
 );
 CREATE TABLE IF NOT EXISTS metrics (
     step INTEGER NOT NULL, kind TEXT NOT NULL, data BLOB NOT NULL,

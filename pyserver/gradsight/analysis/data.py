@@ -1,0 +1,77 @@
+"""A run store read into arrays, once, for the analysis (no torch)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..store import Event, ModuleInfo, RunStore, StoreError
+
+# modules whose outputs are activations of a layer before them (no parameters of their own)
+ACTIVATIONS = {"ReLU", "ReLU6", "LeakyReLU", "ELU", "GELU", "SiLU", "Tanh", "Sigmoid", "Softmax", "LogSoftmax",
+               "Hardtanh", "Hardsigmoid", "Softsign", "Mish", "PReLU", "Threshold"}
+SATURATING = {"Tanh", "Sigmoid", "Hardtanh", "Hardsigmoid", "Softsign"}
+EMBEDDINGS = {"Embedding", "EmbeddingBag"}
+NORMS = {"LayerNorm", "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "GroupNorm", "RMSNorm", "InstanceNorm1d", "InstanceNorm2d"}
+
+PER_MODULE = ("grad_norm", "grad_max", "grad_mean", "grad_zero_frac", "weight_norm", "update_ratio", "act_min", "act_max",
+              "act_mean", "act_std", "act_zero_frac", "act_nan", "dead_frac", "sat_frac", "in_dead_frac", "nan_count")
+
+
+@dataclass
+class RunData:
+    path: str
+    run: dict[str, Any]
+    modules: list[ModuleInfo]
+    params: list[dict[str, Any]]
+    steps: dict[str, np.ndarray]
+    metrics: dict[str, tuple[np.ndarray, np.ndarray]]  # kind -> (steps, matrix steps x modules)
+    events: list[Event]
+    input_stats: tuple[np.ndarray, np.ndarray]  # (steps, rows of min, max, mean, std, non-finite)
+    index: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def names(self) -> list[str]:
+        return [m.name for m in self.modules]
+
+    @property
+    def n_steps(self) -> int:
+        return len(self.steps["step"])
+
+    def metric(self, kind: str) -> tuple[np.ndarray, np.ndarray]:
+        return self.metrics.get(kind, (np.zeros(0, dtype=np.int64), np.zeros((0, len(self.modules)), dtype=np.float32)))
+
+    def series(self, kind: str, module: str) -> tuple[np.ndarray, np.ndarray]:
+        steps, mat = self.metric(kind)
+        i = self.index[module]
+        return steps, mat[:, i].astype(np.float64) if mat.size else np.zeros(0)
+
+    def own_layers(self) -> list[int]:
+        """Leaf modules with parameters of their own: the layers."""
+        parents = {m.parent for m in self.modules if m.parent is not None}
+        return [m.id for m in self.modules if m.own_params > 0 and m.name not in parents]
+
+    def forward_rank(self) -> dict[int, int]:
+        order = [(m.forward_order if m.forward_order is not None else 10**6 + m.id, m.id) for m in self.modules]
+        return {mid: r for r, (_, mid) in enumerate(sorted(order))}
+
+
+def load(path: str) -> RunData:
+    """Read a store; raises StoreError with a clear message for files that are not (usable) stores."""
+    with RunStore(path) as store:
+        run = store.run()
+        modules = store.modules()
+        steps = store.steps()
+        steps.setdefault("loss_finite", np.where(np.isfinite(steps["loss"]), 1.0, np.nan))
+        if not len(steps["step"]):
+            status = run.get("status")
+            why = "it is still being written and has no step yet" if status == "running" else "it recorded no training step"
+            raise StoreError(f"{path}: nothing to diagnose: {why}")
+        width = len(modules)
+        metrics = {kind: store.metric(kind, width=width) for kind in PER_MODULE if kind in set(store.metric_kinds())}
+        inp_steps, inp = store.metric("input_stats", width=5)
+        data = RunData(str(path), run, modules, store.params(), steps, metrics, store.events(), (inp_steps, inp))
+    data.index = {m.name: m.id for m in modules}
+    return data

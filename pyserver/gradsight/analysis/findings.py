@@ -1,0 +1,425 @@
+"""Findings: what is wrong, where, since when, and how strongly, read off the records.
+
+Each detector encodes how training fails (gradients grow or vanish through
+depth, units die, activations leave their range, non-finite values appear and
+spread, the loop mishandles gradients), never a scenario's name. A finding's
+``strength`` (0-1) grows with how far past its threshold the evidence is and
+how persistent it is; the health scores and the root cause's confidence use it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..thresholds import Thresholds
+from .data import EMBEDDINGS, SATURATING, RunData
+
+OUTSIDE = ("loss", "optimizer", "input")  # faults outside the network
+
+
+@dataclass
+class Finding:
+    module: str  # a module name, or loss / optimizer / input
+    kind: str
+    severity: str  # info | warning | error
+    evidence: str
+    strength: float  # 0..1
+    step: int | None = None  # first step where it held
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.module, self.kind)
+
+
+def _merge(findings: list[Finding]) -> list[Finding]:
+    """One finding per (module, kind): the strongest evidence, the earliest step."""
+    best: dict[tuple[str, str], Finding] = {}
+    for f in findings:
+        old = best.get(f.key)
+        if old is None:
+            best[f.key] = f
+            continue
+        keep = f if f.strength > old.strength else old
+        steps = [s for s in (f.step, old.step) if s is not None]
+        sev = min((f.severity, old.severity), key=["error", "warning", "info"].index)
+        best[f.key] = Finding(keep.module, keep.kind, sev, keep.evidence, keep.strength, min(steps) if steps else None)
+    return list(best.values())
+
+
+def _strength(ratio: float, span: float = 2.0) -> float:
+    """0.5 at the threshold, 1.0 at ``span`` decades past it (ratio = value / threshold, >= 1)."""
+    if not math.isfinite(ratio):
+        return 1.0
+    return float(min(1.0, 0.5 + 0.5 * math.log10(max(ratio, 1.0)) / span))
+
+
+def _fmt(v: float) -> str:
+    return f"{v:.3g}"
+
+
+class Detector:
+    def __init__(self, data: RunData, t: Thresholds) -> None:
+        self.d = data
+        self.t = t
+        self.names = data.names
+        self.types = [m.type for m in data.modules]
+        self.layers = data.own_layers()
+        self.rank = data.forward_rank()
+        self.layers_fwd = sorted(self.layers, key=lambda i: self.rank[i])
+        self.steps = data.steps["step"]
+        self.loss = data.steps["loss"]
+        self.out: list[Finding] = []
+
+    def add(self, module: str, kind: str, severity: str, evidence: str, strength: float, step: int | None = None) -> None:
+        self.out.append(Finding(module, kind, severity, evidence, float(np.clip(strength, 0.0, 1.0)), step))
+
+    # -- helpers ------------------------------------------------------------------
+    def producer(self, i: int) -> int:
+        """The layer (with parameters) whose output module ``i`` works on: itself, or the one before it."""
+        if i in self.layers:
+            return i
+        before = [j for j in self.layers_fwd if self.rank[j] < self.rank[i]]
+        return before[-1] if before else i
+
+    def layer_before(self, i: int) -> int | None:
+        before = [j for j in self.layers_fwd if self.rank[j] < self.rank[i]]
+        return before[-1] if before else None
+
+    def sampled(self, kind: str) -> tuple[np.ndarray, np.ndarray]:
+        return self.d.metric(kind)
+
+    def weight_growth(self, i: int) -> float:
+        """How many times the module's own weight norm grew over the run (1 when unknown)."""
+        _, w = self.sampled("weight_norm")
+        if not w.size or self.d.modules[i].own_params == 0:
+            return 1.0
+        col = w[:, i].astype(np.float64)
+        col = col[np.isfinite(col)]
+        if len(col) < 2 or col[0] <= 0:
+            return 1.0
+        return float(col.max() / col[0])
+
+    # -- detectors -------------------------------------------------------------------
+    def run(self) -> list[Finding]:
+        for fn in (self.triggers, self.nonfinite, self.exploding, self.vanishing, self.dead, self.saturation, self.out_of_range,
+                   self.initialization, self.update_ratio, self.parameters, self.loop, self.input, self.softmax_loss):
+            fn()
+        return _merge(self.out)
+
+    def triggers(self) -> None:
+        """The runtime's own trigger events that name a layer are direct evidence."""
+        kinds = {"grad_explode": "exploding_gradient", "vanishing": "vanishing_gradient", "dead_units": "dead_units"}
+        for e in self.d.events:
+            kind = kinds.get(e.name)
+            if e.kind == "trigger" and kind and e.module and e.module in self.d.index:
+                self.add(e.module, kind, "error", f"{e.name} trigger at step {e.step}: {e.message}", 0.7, e.step)
+
+    def nonfinite(self) -> None:
+        """Where non-finite values first appear: the input, a module's output, the loss, or a gradient."""
+        bad_loss = np.flatnonzero(self.d.steps["loss_finite"] == 0)
+        steps_a, act_nan = self.sampled("act_nan")
+        first_act: tuple[int, int] | None = None
+        if act_nan.size:
+            for r, st in enumerate(steps_a):
+                row = np.nan_to_num(act_nan[r], nan=0.0)
+                if row.any():
+                    bad = {int(i) for i in np.flatnonzero(row > 0)}
+                    # a container's output is bad when a child's is: take modules with no bad descendant
+                    inner = [i for i in bad if not any(j != i and (not self.names[i] or self.names[j].startswith(self.names[i] + "."))
+                                                       for j in bad)]
+                    i = min(inner or bad, key=lambda k: self.rank[k])
+                    first_act = (int(st), int(i))
+                    break
+        steps_g, gnan = self.sampled("nan_count")
+        first_grad: tuple[int, int] | None = None
+        if gnan.size:
+            for r, st in enumerate(steps_g):
+                row = np.nan_to_num(gnan[r], nan=0.0)
+                cands = [i for i in self.layers if row[i] > 0]
+                if cands:
+                    first_grad = (int(st), max(cands, key=lambda k: self.rank[k]))  # backward starts at the end
+                    break
+        inp_steps, inp = self.d.input_stats
+        first_inp = next((int(inp_steps[r]) for r in range(len(inp_steps)) if inp[r, 4] > 0), None)
+        first_loss = int(self.steps[bad_loss[0]]) if len(bad_loss) else None
+        if first_inp is not None and (first_act is None or first_inp <= first_act[0]):
+            self.add("input", "nan_inf", "error", f"the input batch holds NaN/Inf values at step {first_inp}", 1.0, first_inp)
+            return
+        if first_act is not None and (first_loss is None or first_act[0] <= first_loss):
+            st, i = first_act
+            self.add(self.names[i], "nan_inf", "error",
+                     f"first non-finite output in forward order at step {st} (type {self.types[i]})", 1.0, st)
+            return
+        if first_loss is not None:
+            if first_grad is None or first_loss <= first_grad[0]:
+                self.add("loss", "nan_inf", "error",
+                         f"the loss is {self.loss[bad_loss[0]]} at step {first_loss} while every module's output is finite", 1.0, first_loss)
+            else:
+                st, i = first_grad
+                self.add(self.names[i], "nan_inf", "error", f"non-finite gradients first at step {st}", 0.9, st)
+        elif first_grad is not None:
+            st, i = first_grad
+            self.add(self.names[i], "nan_inf", "error", f"non-finite gradients first at step {st}", 0.9, st)
+
+    def exploding(self) -> None:
+        steps, g = self.sampled("grad_norm")
+        if not g.size:
+            return
+        early = max(1, min(len(steps) // 5, 20))
+        for i in self.layers:
+            col = g[:, i].astype(np.float64)
+            fin = np.isfinite(col)
+            if not fin.any():
+                continue
+            over = np.flatnonzero(fin & (col > self.t.layer_grad_norm))
+            if len(over):
+                top = float(np.nanmax(np.where(fin, col, np.nan)))
+                base = float(np.nanmedian(col[:early])) if np.isfinite(col[:early]).any() else float("nan")
+                growth = top / base if base and base > 0 else float("inf")
+                self.add(self.names[i], "exploding_gradient", "error",
+                         f"gradient norm {_fmt(top)} > {self.t.layer_grad_norm:g} (first at step {int(steps[over[0]])}; "
+                         f"{_fmt(growth)}x its early median {_fmt(base)})", _strength(top / self.t.layer_grad_norm), int(steps[over[0]]))
+        # gradients growing toward the input: first/last layer ratio (AUTOTRAINER)
+        fwd = [i for i in self.layers_fwd if self.types[i] not in EMBEDDINGS]
+        if len(fwd) >= 3:
+            first, last = g[:, fwd[0]].astype(np.float64), g[:, fwd[-1]].astype(np.float64)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                ratio = first / last
+            ok = np.isfinite(ratio)
+            if ok.sum() >= 3 and np.median(ratio[ok]) > self.t.exploding_ratio:
+                med = float(np.median(ratio[ok]))
+                self.add(self.names[fwd[0]], "exploding_gradient", "warning",
+                         f"gradient norm of the first layer is {_fmt(med)}x the last layer's (> {self.t.exploding_ratio:g})",
+                         _strength(med / self.t.exploding_ratio) * 0.8)
+
+    def vanishing(self) -> None:
+        steps, mean = self.sampled("grad_mean")
+        fwd = [i for i in self.layers_fwd if self.types[i] not in EMBEDDINGS]
+        if mean.size and fwd:
+            for i in fwd:
+                col = mean[:, i].astype(np.float64)
+                fin = np.isfinite(col)
+                if fin.sum() < 2:
+                    continue
+                low = fin & (col < self.t.vanishing_mean_grad) & (col > 0)
+                if low.sum() >= max(2, 0.5 * fin.sum()):
+                    med = float(np.median(col[fin]))
+                    self.add(self.names[i], "vanishing_gradient", "error",
+                             f"mean |grad| {_fmt(med)} < {self.t.vanishing_mean_grad:g} on {int(low.sum())} of {int(fin.sum())} sampled steps",
+                             _strength(self.t.vanishing_mean_grad / max(med, 1e-30), span=3), int(steps[np.flatnonzero(low)[0]]))
+        # through depth: the first layer's gradient a tiny fraction of the last layer's (AUTOTRAINER)
+        gsteps, g = self.sampled("grad_norm")
+        if g.size and len(fwd) >= 3:
+            numel = np.array([max(1, self.d.modules[i].own_params) for i in fwd], dtype=np.float64)
+            rms = g[:, fwd].astype(np.float64) / np.sqrt(numel)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                ratio = rms[:, 0] / rms[:, -1]
+            ok = np.isfinite(ratio) & (ratio > 0)
+            if ok.sum() >= 3:
+                med = float(np.median(ratio[ok]))
+                if med < self.t.vanishing_ratio:
+                    already = any(f.kind == "vanishing_gradient" and f.module == self.names[fwd[0]] for f in self.out)
+                    if not already:
+                        self.add(self.names[fwd[0]], "vanishing_gradient", "error",
+                                 f"RMS gradient of the first layer is {_fmt(med)} of the last layer's (< {self.t.vanishing_ratio:g})",
+                                 _strength(self.t.vanishing_ratio / med, span=3), int(gsteps[np.flatnonzero(ok)[0]]))
+
+    def dead(self) -> None:
+        seen: set[int] = set()
+        for kind, limit in (("dead_frac", self.t.dead_units_frac), ("in_dead_frac", self.t.dead_units_frac)):
+            steps, mat = self.sampled(kind)
+            if not mat.size:
+                continue
+            for i in range(mat.shape[1]):
+                col = mat[:, i].astype(np.float64)
+                fin = np.isfinite(col)
+                if fin.sum() < 1:
+                    continue
+                hit = fin & (col >= limit)
+                if hit.sum() >= max(1, 0.5 * fin.sum()):
+                    # the units that died belong to the layer producing them
+                    owner = self.producer(i) if kind == "dead_frac" else self.layer_before(i)
+                    if owner is None or owner in seen:
+                        continue
+                    seen.add(owner)
+                    med = float(np.median(col[fin]))
+                    where = f"output of {self.names[i]!r}" if kind == "dead_frac" else f"input of {self.names[i]!r}"
+                    self.add(self.names[owner], "dead_units", "error",
+                             f"{med:.0%} of the units are dead (zero for the whole batch) at the {where} on {int(hit.sum())} of "
+                             f"{int(fin.sum())} sampled steps", min(1.0, 0.5 + med / 2), int(steps[np.flatnonzero(hit)[0]]))
+        steps, zf = self.sampled("grad_zero_frac")
+        if zf.size:
+            for i in self.layers:
+                if self.types[i] in EMBEDDINGS or i in seen:
+                    continue
+                col = zf[:, i].astype(np.float64)
+                fin = np.isfinite(col)
+                hit = fin & (col >= self.t.dead_grad_frac)
+                if fin.sum() and hit.sum() >= max(1, 0.5 * fin.sum()):
+                    seen.add(i)
+                    self.add(self.names[i], "dead_units", "error",
+                             f"{float(np.median(col[fin])):.0%} of its gradients are exactly zero (>= {self.t.dead_grad_frac:.0%})",
+                             0.8, int(steps[np.flatnonzero(hit)[0]]))
+
+    def saturation(self) -> None:
+        steps, sat = self.sampled("sat_frac")
+        if not sat.size:
+            return
+        for i in range(sat.shape[1]):
+            if self.types[i] not in SATURATING:
+                continue
+            col = sat[:, i].astype(np.float64)
+            fin = np.isfinite(col)
+            if fin.sum() and np.median(col[fin]) > self.t.saturation_frac:
+                med = float(np.median(col[fin]))
+                owner = self.producer(i)
+                self.add(self.names[owner], "saturation", "warning",
+                         f"{med:.0%} of the inputs of {self.names[i]!r} ({self.types[i]}) are beyond ±{self.t.saturation_level:g}",
+                         min(1.0, med), int(steps[np.flatnonzero(fin & (col > self.t.saturation_frac))[0]]))
+
+    def out_of_range(self) -> None:
+        """Activations that leave their range: beyond the absolute limit, or grown tenfold past 100."""
+        steps, mx = self.sampled("act_max")
+        _, mn = self.sampled("act_min")
+        if not mx.size:
+            return
+        mag = np.maximum(np.abs(mx.astype(np.float64)), np.abs(mn.astype(np.float64)))
+        for i in range(mag.shape[1]):
+            if not self.d.modules[i].name:  # the root's output is its last module's
+                continue
+            col = mag[:, i]
+            fin = np.isfinite(col)
+            if fin.sum() < 1:
+                continue
+            start = col[fin][0]
+            huge = fin & (col > self.t.activation_limit)
+            grown = fin & (col > 100) & (col > 10 * max(start, 1e-6))
+            hit = huge | grown
+            if not hit.any():
+                continue
+            j = int(np.flatnonzero(hit)[0])
+            top = float(col[fin].max())
+            evidence = (f"output magnitude {_fmt(top)} (from {_fmt(start)} at step {int(steps[np.flatnonzero(fin)[0]])}; "
+                        f"out of range from step {int(steps[j])})")
+            strength = _strength(top / 100)
+            growth = self.weight_growth(i)
+            if growth > 3:  # its own weights grew with it: the cause is in this layer, not inherited
+                evidence += f"; its weights grew {growth:.1f}x"
+                strength = min(1.0, strength + 0.3)
+            self.add(self.names[i], "activation_out_of_range", "error" if huge.any() or top > 1000 or growth > 3 else "warning",
+                     evidence, strength, int(steps[j]))
+
+    def initialization(self) -> None:
+        """Weights far from a sane scale at the first step, or activations out of range from the very start."""
+        steps, w = self.sampled("weight_norm")
+        if not w.size:
+            return
+        shapes: dict[int, list[list[int]]] = {}
+        for p in self.d.params:
+            shapes.setdefault(p["module_id"], []).append(json.loads(p["shape"]))
+        first = w[0].astype(np.float64)
+        for i in self.layers:
+            shape = max(shapes.get(i, [[1]]), key=lambda s: int(np.prod(s)) if s else 1)
+            numel = max(1, self.d.modules[i].own_params)
+            rms = first[i] / math.sqrt(numel)
+            if not math.isfinite(rms):
+                continue
+            if self.types[i] in EMBEDDINGS:
+                gain = rms  # embeddings: unit scale is the default
+            elif len(shape) >= 2:
+                fan_in = int(np.prod(shape[1:]))
+                gain = rms * math.sqrt(fan_in)  # ~0.58 for PyTorch's default, ~1.4 for Kaiming
+            else:
+                continue
+            if gain > 10 or gain < 1e-3:
+                self.add(self.names[i], "poor_initialization", "error" if gain > 30 or gain < 1e-4 else "warning",
+                         f"initial weight scale {_fmt(gain)} (RMS x sqrt(fan-in); PyTorch's default gives ~0.6)",
+                         _strength(max(gain / 10, 1e-3 / max(gain, 1e-30))), int(steps[0]))
+
+    def update_ratio(self) -> None:
+        steps, ur = self.sampled("update_ratio")
+        if not ur.size:
+            return
+        for i in self.layers:
+            col = ur[:, i].astype(np.float64)
+            fin = np.isfinite(col)
+            if fin.sum() < 2:
+                continue
+            med = float(np.median(col[fin]))
+            if med > self.t.update_ratio_high:
+                self.add(self.names[i], "update_ratio_too_high", "warning",
+                         f"median update ratio mean|dW|/mean|W| {_fmt(med)} > {self.t.update_ratio_high:g}",
+                         _strength(med / self.t.update_ratio_high) * 0.8)
+            elif 0 < med < self.t.update_ratio_low:
+                self.add(self.names[i], "update_ratio_too_low", "warning",
+                         f"median update ratio mean|dW|/mean|W| {_fmt(med)} < {self.t.update_ratio_low:g}",
+                         _strength(self.t.update_ratio_low / med) * 0.8)
+
+    def parameters(self) -> None:
+        has_opt = bool(self.d.run.get("optimizer"))
+        frozen: dict[int, int] = {}
+        unstepped: dict[int, list[str]] = {}
+        for p in self.d.params:
+            if not p["trainable"]:
+                frozen[p["module_id"]] = frozen.get(p["module_id"], 0) + p["numel"]
+            elif p["got_grad"] and not p["in_optimizer"] and has_opt:
+                unstepped.setdefault(p["module_id"], []).append(p["name"])
+        for mid, names in unstepped.items():
+            self.add(self.names[mid], "not_updated", "error",
+                     f"{', '.join(names)} receive gradients but no optimizer updates them", 1.0)
+        for mid, n in frozen.items():
+            self.add(self.names[mid], "frozen", "info", f"{n} parameters are frozen (requires_grad=False)", 0.5)
+
+    def loop(self) -> None:
+        z = self.d.steps.get("grads_zeroed")
+        if z is None:
+            return
+        known = z[np.isfinite(z)]
+        if len(known) >= 3:
+            stale = float((known[1:] == 0).mean())
+            if stale >= 0.5:
+                self.add("optimizer", "grads_not_zeroed", "error",
+                         f"gradients were not zeroed between steps on {stale:.0%} of steps (no zero_grad(); they accumulate)",
+                         0.7 + 0.3 * stale, int(self.steps[1 + int(np.argmax(known[1:] == 0))]))
+
+    def input(self) -> None:
+        steps, inp = self.d.input_stats
+        if not len(steps):
+            return
+        mag = np.maximum(np.abs(inp[:, 0]), np.abs(inp[:, 1])).astype(np.float64)
+        std = inp[:, 3].astype(np.float64)
+        fin = np.isfinite(mag)
+        if not fin.any():
+            return
+        med_mag, med_std = float(np.median(mag[fin])), float(np.nanmedian(std))
+        if med_std > 20 or med_mag > 200:
+            self.add("input", "activation_out_of_range", "error",
+                     f"the input is not normalised: std {_fmt(med_std)}, magnitude up to {_fmt(float(mag[fin].max()))}",
+                     _strength(max(med_std / 20, med_mag / 200)), int(steps[np.flatnonzero(fin)[0]]))
+
+    def softmax_loss(self) -> None:
+        """Probabilities fed to a loss that applies (log-)softmax itself."""
+        loss_mods = str(self.d.run.get("loss_module") or "")
+        if not any(n in loss_mods for n in ("CrossEntropyLoss", "NLLLoss")):
+            return
+        steps, mx = self.sampled("act_max")
+        _, mn = self.sampled("act_min")
+        if not mx.size:
+            return
+        order = sorted(range(len(self.names)), key=lambda i: self.rank[i])
+        last = [i for i in order if self.names[i] and np.isfinite(mx[:, i]).any()]
+        if not last:
+            return
+        i = last[-1]
+        fin = np.isfinite(mx[:, i]) & np.isfinite(mn[:, i])
+        if self.types[i] == "Softmax" or (fin.any() and (mn[fin, i] >= 0).all() and (mx[fin, i] <= 1.0 + 1e-6).all()):
+            module = self.names[i] if self.types[i] in ("Softmax",) else "loss"
+            self.add(module, "double_softmax", "error",
+                     f"the model's output ({self.names[i]!r}, {self.types[i]}) is already probabilities in [0, 1], "
+                     f"and {loss_mods} applies log-softmax again", 0.9)
+
+

@@ -1,0 +1,79 @@
+"""The loss curve: spikes, a loss that does not decrease, oscillation, divergence, learning-rate jumps."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..thresholds import Thresholds
+from .data import RunData
+from .findings import Finding
+
+
+@dataclass
+class LossCurve:
+    spike_step: int | None = None
+    not_decreasing: bool = False
+    oscillating: bool = False
+    diverging: bool = False
+    lr_jump_step: int | None = None
+    head: float = float("nan")  # median of the first tenth
+    tail: float = float("nan")  # median of the last fifth
+
+
+def analyse(data: RunData, t: Thresholds) -> tuple[LossCurve, list[Finding]]:
+    steps = data.steps["step"]
+    loss = data.steps["loss"]
+    out: list[Finding] = []
+    curve = LossCurve()
+    spikes = [e for e in data.events if e.kind == "trigger" and e.name == "loss_spike"]
+    if spikes and spikes[0].step is not None:
+        curve.spike_step = int(spikes[0].step)
+        out.append(Finding("loss", "loss_spike", "error", spikes[0].message or "loss spike", 0.8, curve.spike_step))
+    else:
+        for k in range(t.loss_spike_window, len(loss)):
+            past = loss[k - t.loss_spike_window : k]
+            past = past[np.isfinite(past)]
+            if len(past) >= 3 and np.isfinite(loss[k]) and past.mean() > 0 and loss[k] > t.loss_spike_factor * past.mean():
+                curve.spike_step = int(steps[k])
+                out.append(Finding("loss", "loss_spike", "error",
+                                   f"loss {loss[k]:.4g} is {loss[k] / past.mean():.1f}x its {len(past)}-step mean", 0.7, curve.spike_step))
+                break
+    fin = loss[np.isfinite(loss)]
+    n = len(fin)
+    if n >= 20:
+        head = float(np.median(fin[: max(3, n // 10)]))
+        tail = float(np.median(fin[-max(3, n // 5):]))
+        curve.head, curve.tail = head, tail
+        lowest = float(np.min(_smooth(fin)))
+        if head > 0 and tail > 0.9 * head:
+            curve.not_decreasing = True
+            out.append(Finding("loss", "loss_not_decreasing", "error" if tail >= head else "warning",
+                               f"loss went from {head:.4g} (first tenth) to {tail:.4g} (last fifth): less than 10% lower", 0.6))
+        half = fin[n // 2:]
+        d = np.diff(half)
+        if len(d) >= 10 and half.mean() > 0:
+            flips = float(np.mean(np.sign(d[1:]) != np.sign(d[:-1])))
+            swing = float(np.mean(np.abs(d)) / half.mean())
+            if flips > 0.6 and swing > 0.3:
+                curve.oscillating = True
+                out.append(Finding("loss", "oscillating_loss", "warning",
+                                   f"in the second half the loss changes direction on {flips:.0%} of steps, by {swing:.0%} of its mean", 0.6))
+        if tail > 2 * lowest and tail > head:
+            curve.diverging = True
+    lr = data.steps["lr"]
+    ok = np.isfinite(lr) & (lr > 0)
+    for k in range(1, len(lr)):
+        if ok[k] and ok[k - 1] and lr[k] > 5 * lr[k - 1]:
+            curve.lr_jump_step = int(steps[k])
+            out.append(Finding("optimizer", "learning_rate_too_high", "warning",
+                               f"the learning rate jumped from {lr[k - 1]:.3g} to {lr[k]:.3g} at step {int(steps[k])}", 0.6, int(steps[k])))
+            break
+    return curve, out
+
+
+def _smooth(x: np.ndarray, k: int = 5) -> np.ndarray:
+    if len(x) < k:
+        return x
+    return np.convolve(x, np.ones(k) / k, mode="valid")

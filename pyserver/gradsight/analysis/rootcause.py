@@ -1,0 +1,172 @@
+"""Root cause: follow the anomaly back to where it started.
+
+Causes are weighed in causal order, the most direct evidence first:
+
+0. the loop wires gradients wrong (never zeroed, parameters no optimizer steps,
+   probabilities fed to a loss that applies softmax itself);
+1. non-finite values: where they first appear (input, a module's output in
+   forward order, the loss, a gradient);
+2. the learning rate: a jump just before the anomaly, or update ratios high in
+   most layers while the loss spikes, oscillates or diverges;
+3. the forward path: an unnormalised input, weights badly scaled from the start,
+   then the first module (in time, then forward order) whose output left its range;
+4. the backward path: the layer whose gradient norm explodes first;
+5. gradients that vanish or units that die, nearest the input first;
+6. a loss that does not decrease: frozen layers, tiny steps, an oscillating
+   optimizer, else the data.
+
+Confidence = strength of the chosen finding (0.5 at its threshold, 1.0 far past)
+x how direct its tier's evidence is (1.0 for tiers 0-1 down to 0.6 for tier 6)
+x (1 - 0.4 x the strength of the strongest competing finding of the same tier
+that the chosen one does not explain). A weak or ambiguous signal gives a low value.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..thresholds import Thresholds
+from .data import RunData
+from .findings import Finding
+from .losscurve import LossCurve
+
+TIER_WEIGHT = {0: 1.0, 1: 1.0, 2: 0.9, 3: 0.85, 4: 0.8, 5: 0.75, 6: 0.6}
+
+
+@dataclass
+class RootCause:
+    module: str
+    kind: str
+    confidence: float
+    path: list[str]
+    evidence: str
+    step: int | None
+
+
+def find(data: RunData, findings: list[Finding], curve: LossCurve, t: Thresholds) -> RootCause | None:
+    errors = [f for f in findings if f.severity == "error"]
+    triggered = [e for e in data.events if e.kind == "trigger"]
+    anomaly_step = min((e.step for e in triggered if e.step is not None), default=None)
+    if not errors and not triggered and not curve.not_decreasing:
+        return None
+    rank = data.forward_rank()
+    index = data.index
+
+    def order(f: Finding) -> tuple[float, float]:
+        step = f.step if f.step is not None else 10**9
+        return (step, rank.get(index.get(f.module, -1), -1) if f.module in index else -1)
+
+    def of(kind: str, severity: str | None = "error") -> list[Finding]:
+        return sorted([f for f in findings if f.kind == kind and (severity is None or f.severity == severity)], key=order)
+
+    tiers: list[tuple[int, list[Finding]]] = []
+    tiers.append((0, of("grads_not_zeroed") + of("not_updated") + of("double_softmax")))
+    tiers.append((1, of("nan_inf")))
+    tiers.append((2, _learning_rate(data, findings, curve, t, anomaly_step)))
+    forward = of("activation_out_of_range") + of("poor_initialization") + of("activation_out_of_range", "warning")
+    input_first = [f for f in forward if f.module == "input"]
+    init = [f for f in forward if f.kind == "poor_initialization"]
+    inside = sorted([f for f in forward if f.module != "input" and f.kind != "poor_initialization"], key=order)
+    tiers.append((3, input_first + _from_start(inside, init, data) + inside))
+    tiers.append((4, of("exploding_gradient")))
+    tiers.append((5, of("vanishing_gradient") + of("dead_units") + of("saturation", None)))
+    if curve.not_decreasing or any(f.kind == "loss_spike" for f in findings):
+        tiers.append((6, _stagnation(data, findings, curve, t)))
+    for tier, cands in tiers:
+        if not cands:
+            continue
+        top = cands[0]
+        rivals = [f for f in cands[1:] if f.key != top.key and not _explains(top, f, rank, index)]
+        rival = max((f.strength for f in rivals), default=0.0)
+        conf = top.strength * TIER_WEIGHT[tier] * (1 - 0.4 * rival)
+        return RootCause(top.module, top.kind, round(float(conf), 3), _path(data, top, findings), top.evidence, top.step)
+    return None
+
+
+def _explains(cause: Finding, other: Finding, rank: dict[int, int], index: dict[str, int]) -> bool:
+    """A finding later in time, or downstream in the forward pass at the same time, follows from the cause."""
+    if cause.step is not None and other.step is not None and other.step > cause.step:
+        return True
+    if cause.module in index and other.module in index:
+        return rank[index[other.module]] > rank[index[cause.module]] and (other.step is None or cause.step is None or other.step >= cause.step)
+    return False
+
+
+def _from_start(inside: list[Finding], init: list[Finding], data: RunData) -> list[Finding]:
+    """Badly scaled weights matter when activations are out of range from the first recorded step:
+    then it is initialization, not something training did."""
+    steps, _ = data.metric("act_max")
+    if not init or not len(steps):
+        return []
+    first = int(steps[0])
+    at_start = not inside or (inside[0].step is not None and inside[0].step <= first + 1)
+    return init[:1] if at_start else []
+
+
+def _learning_rate(data: RunData, findings: list[Finding], curve: LossCurve, t: Thresholds, anomaly: int | None) -> list[Finding]:
+    out: list[Finding] = []
+    trouble = curve.spike_step is not None or curve.diverging or curve.oscillating or any(
+        f.kind in ("nan_inf", "exploding_gradient") and f.severity == "error" for f in findings)
+    if curve.lr_jump_step is not None and trouble:
+        first_trouble = min([s for s in (curve.spike_step, anomaly) if s is not None], default=None)
+        if first_trouble is None or curve.lr_jump_step <= first_trouble:
+            jump = next(f for f in findings if f.kind == "learning_rate_too_high" and f.module == "optimizer")
+            out.append(Finding("optimizer", "learning_rate_too_high", "error", jump.evidence + ", just before the loss blew up", 0.95, jump.step))
+    steps, ur = data.metric("update_ratio")
+    layers = data.own_layers()
+    if trouble and ur.size and layers:
+        early = ur[: max(2, len(steps) // 3)][:, layers].astype(np.float64)
+        per_layer = np.nanmedian(np.where(np.isfinite(early), early, np.nan), axis=0) if np.isfinite(early).any() else np.array([])
+        per_layer = per_layer[np.isfinite(per_layer)]
+        if len(per_layer) and np.mean(per_layer > t.update_ratio_high) >= 0.5:
+            med = float(np.median(per_layer))
+            strength = min(1.0, 0.5 + 0.25 * np.log10(med / t.update_ratio_high + 1e-12) + 0.25)
+            out.append(Finding("optimizer", "learning_rate_too_high", "error",
+                               f"update ratio mean|dW|/mean|W| is {med:.3g} (> {t.update_ratio_high:g}) in "
+                               f"{np.mean(per_layer > t.update_ratio_high):.0%} of layers from the start, and the loss "
+                               f"{'spikes' if curve.spike_step is not None else 'diverges' if curve.diverging else 'oscillates'}",
+                               float(np.clip(strength, 0.5, 1.0)), int(steps[0])))
+    return out
+
+
+def _stagnation(data: RunData, findings: list[Finding], curve: LossCurve, t: Thresholds) -> list[Finding]:
+    out: list[Finding] = []
+    frozen = [f for f in findings if f.kind == "frozen"]
+    total = sum(p["numel"] for p in data.params) or 1
+    frozen_numel = sum(p["numel"] for p in data.params if not p["trainable"])
+    if frozen and frozen_numel / total >= 0.3 and curve.not_decreasing:
+        biggest = max(frozen, key=lambda f: next((m.n_params for m in data.modules if m.name == f.module), 0))
+        out.append(Finding(biggest.module, "frozen", "error",
+                           f"{frozen_numel / total:.0%} of the parameters are frozen and the loss does not decrease", 0.8, None))
+    steps, ur = data.metric("update_ratio")
+    layers = data.own_layers()
+    if ur.size and layers and curve.not_decreasing:
+        vals = ur[:, layers].astype(np.float64)
+        vals = vals[np.isfinite(vals)]
+        if len(vals) and np.median(vals) < t.update_ratio_low:
+            out.append(Finding("optimizer", "learning_rate_too_low", "error",
+                               f"median update ratio {np.median(vals):.3g} < {t.update_ratio_low:g} and the loss does not decrease", 0.8))
+    lr = data.steps["lr"]
+    if curve.not_decreasing and np.isfinite(lr).any() and np.nanmax(lr) < 1e-6:
+        out.append(Finding("optimizer", "learning_rate_too_low", "error", f"learning rate {np.nanmax(lr):.3g} and the loss does not decrease", 0.8))
+    if curve.oscillating:
+        out.append(Finding("optimizer", "oscillating_loss", "warning", "the loss oscillates instead of decreasing", 0.6))
+    if curve.not_decreasing and not out:
+        out.append(Finding("input", "loss_not_decreasing", "warning",
+                           f"the loss does not decrease ({curve.head:.4g} -> {curve.tail:.4g}) while gradients and updates look healthy: "
+                           "check the data and labels", 0.5))
+    return out
+
+
+def _path(data: RunData, cause: Finding, findings: list[Finding]) -> list[str]:
+    """From the root cause to where the anomaly shows, in forward order (modules with findings)."""
+    if cause.module not in data.index:
+        downstream = [f.module for f in findings if f.module in data.index and f.severity == "error"]
+        return [cause.module] + sorted(set(downstream), key=lambda m: data.forward_rank()[data.index[m]])[:6]
+    rank = data.forward_rank()
+    start = rank[data.index[cause.module]]
+    after = {f.module for f in findings if f.module in data.index and rank[data.index[f.module]] > start
+             and f.severity in ("error", "warning") and f.kind != "frozen"}
+    return [cause.module] + sorted(after, key=lambda m: rank[data.index[m]])[:8]

@@ -1,0 +1,46 @@
+"""The terminal summary of a diagnosis."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def text(d: dict[str, Any], top: int = 5) -> str:
+    run = d.get("run", {})
+    lines = [f"gradsight diagnosis of {run.get('path')} ({run.get('steps')} steps, {run.get('model')}, {run.get('optimizer')})",
+             f"model health: {d['health']}/100"]
+    a = d.get("anomaly")
+    if a:
+        m = a.get("metrics", {})
+        detail = ", ".join(f"{k} {v:.4g}" for k, v in m.items() if isinstance(v, float))
+        lines.append(f"anomaly: {a['trigger']} at step {a['step']}" + (f" ({detail})" if detail else ""))
+    else:
+        lines.append("anomaly: none caught")
+    rc = d.get("root_cause")
+    if rc:
+        lines.append(f"root cause: {rc['module'] or '(model)'} - {rc['kind']} (confidence {rc['confidence']:.2f})")
+        if d.get("evidence"):
+            lines.append(f"  evidence: {d['evidence']}")
+        if len(rc["path"]) > 1:
+            lines.append("  path: " + " -> ".join(p or "(model)" for p in rc["path"]))
+    else:
+        lines.append("root cause: none")
+    worst = sorted([x for x in d["layers"] if x["issues"]], key=lambda x: x["health"])[:top]
+    if worst:
+        lines.append("worst layers:")
+        for layer in worst:
+            src = layer.get("source")
+            where = f"  [{str(src['file']).rsplit('/', 1)[-1]}:{src['line']}]" if src else ""
+            kinds = ", ".join(sorted({i["kind"] for i in layer["issues"]}))
+            lines.append(f"  {layer['health']:>3}  {layer['module'] or '(model)'} ({layer['type']}): {kinds}{where}")
+    for f in d.get("findings", []):
+        if f["severity"] != "info":
+            lines.append(f"  {f['severity']}: {f['module']} {f['kind']} - {f['evidence']}")
+    if d.get("fixes"):
+        lines.append("fixes:")
+        for i, f in enumerate(d["fixes"][:3], 1):
+            where = f.get("where")
+            loc = f" at {where['file']}:{where['line']}" if where else ""
+            lines.append(f"  {i}. {f['title']}{loc}")
+            lines.extend("       " + ln for ln in f["snippet"].splitlines()[:4])
+    return "\n".join(lines)

@@ -1,0 +1,228 @@
+"""The fix library (data files in ``library/``) and the generator that fills a fix with the script's names.
+
+A fix file says which kinds it answers (and optionally which module types or
+outside places: input / loss / optimizer), where its code goes (``where``), a
+template, an explanation and validation steps. ``suggest`` ranks the fixes for
+a diagnosis: those for the root cause first, then for other errors.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import tomllib
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..analysis.data import RunData
+    from ..analysis.findings import Finding
+    from ..analysis.rootcause import RootCause
+
+LIBRARY = Path(__file__).with_name("library")
+PLACES = {"before_step", "before_backward", "optimizer", "after_optimizer", "after_model", "layer_init", "loss", "data"}
+OPTIMIZERS = {"SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "Adadelta", "Adamax", "NAdam", "RAdam", "LBFGS", "SparseAdam", "ASGD", "Rprop", "Adafactor"}
+
+
+@dataclass(frozen=True)
+class Fix:
+    id: str
+    title: str
+    kinds: tuple[str, ...]
+    where: str
+    priority: int
+    module_types: tuple[str, ...]
+    modules: tuple[str, ...]
+    explanation: str
+    template: str
+    validation: tuple[str, ...]
+    evidence: str = ""  # a regex: when the finding's evidence matches, this fix comes first
+
+    def rank(self, evidence: str) -> int:
+        return self.priority - (100 if self.evidence and re.search(self.evidence, evidence) else 0)
+
+    def applies(self, kind: str, module: str, module_type: str | None) -> bool:
+        if kind not in self.kinds:
+            return False
+        if self.modules and module not in self.modules:
+            return False
+        if self.module_types and module_type not in self.module_types:
+            return False
+        return True
+
+
+class FixLibraryError(ValueError):
+    pass
+
+
+@lru_cache(maxsize=1)
+def library() -> tuple[Fix, ...]:
+    out = []
+    for path in sorted(LIBRARY.glob("*.toml")):
+        with open(path, "rb") as fh:
+            d = tomllib.load(fh)
+        try:
+            fix = Fix(d["id"], d["title"], tuple(d["kinds"]), d["where"], int(d.get("priority", 50)), tuple(d.get("module_types", [])),
+                      tuple(d.get("modules", [])), d["explanation"], d["template"], tuple(d["validation"]), d.get("evidence", ""))
+        except KeyError as exc:
+            raise FixLibraryError(f"{path}: missing field {exc}") from None
+        if fix.where not in PLACES:
+            raise FixLibraryError(f"{path}: where = {fix.where!r}; expected one of {sorted(PLACES)}")
+        out.append(fix)
+    return tuple(out)
+
+
+# -- the script's names and places ---------------------------------------------------
+@dataclass
+class ScriptNames:
+    model: str = "model"
+    optimizer: str = "optimizer"
+    loss: str = "loss"
+    input: str = "x"
+    target: str = "y"
+    lines: dict[str, int] | None = None  # place -> line (1-based) the fix goes before
+
+
+def _name(node: ast.AST) -> str | None:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        base = _name(node.value)
+        return f"{base}.{node.attr}" if base else None
+    return None
+
+
+def script_names(source: str) -> ScriptNames:
+    """Find the model, optimizer, loss and batch variables and the loop's lines with ``ast``."""
+    names = ScriptNames(lines={})
+    lines = names.lines
+    assert lines is not None
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return names
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and len(node.targets) == 1:
+            target = _name(node.targets[0])
+            fn = node.value.func
+            fname = fn.attr if isinstance(fn, ast.Attribute) else fn.id if isinstance(fn, ast.Name) else ""
+            if target and (fname in OPTIMIZERS or "optim" in fname.lower()):
+                names.optimizer = target
+                lines.setdefault("after_optimizer", (node.end_lineno or node.lineno) + 1)
+                lines.setdefault("optimizer", (node.end_lineno or node.lineno) + 1)
+                for arg in ast.walk(node.value):
+                    if isinstance(arg, ast.Call) and isinstance(arg.func, ast.Attribute) and arg.func.attr in ("parameters", "named_parameters"):
+                        owner = _name(arg.func.value)
+                        if owner:
+                            names.model = owner
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and _name(node.targets[0]) == names.model:
+            lines.setdefault("after_model", (node.end_lineno or node.lineno) + 1)
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Attribute):
+            call = node.value.func
+            owner = _name(call.value)
+            if call.attr == "step" and owner == names.optimizer:
+                lines.setdefault("before_step", node.lineno)
+            if call.attr == "backward":
+                if owner:
+                    names.loss = owner.split(".")[0] if "." not in owner else owner
+                lines.setdefault("before_backward", node.lineno)
+        if isinstance(node, ast.Call) and _name(node.func) == names.model and node.args:
+            first_arg = _name(node.args[0])
+            if first_arg:
+                names.input = first_arg
+                lines.setdefault("data", node.lineno)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and _name(node.targets[0]) == names.loss:
+            lines.setdefault("loss", node.lineno)
+            if isinstance(node.value, ast.Call) and len(node.value.args) >= 2:
+                label = _name(node.value.args[1])
+                if label:
+                    names.target = label
+    return names
+
+
+def module_ref(model: str, module: str) -> str:
+    """``model.blocks[0].attn`` for the module ``blocks.0.attn``."""
+    ref = model
+    for part in module.split(".") if module else []:
+        ref += f"[{part}]" if part.isdigit() else f".{part}"
+    return ref
+
+
+def _indent_of(source_lines: list[str], line: int) -> str:
+    if 1 <= line <= len(source_lines):
+        text = source_lines[line - 1]
+        return text[: len(text) - len(text.lstrip())]
+    return ""
+
+
+def suggest(cause: RootCause | None, findings: list[Finding], data: RunData, script: str | None, limit: int = 5) -> list[dict[str, Any]]:
+    """Fixes for the root cause first (best first), then for the other errors; filled with the script's names."""
+    types = {m.name: m.type for m in data.modules}
+    sources = {m.name: (m.file, m.line) for m in data.modules}
+    wanted: list[tuple[str, str, str]] = []
+    if cause is not None:
+        wanted.append((cause.kind, cause.module, cause.evidence))
+    wanted += [(f.kind, f.module, f.evidence) for f in sorted(findings, key=lambda f: -f.strength) if f.severity == "error"]
+    source = Path(script).read_text(errors="replace") if script else ""
+    names = script_names(source) if source else ScriptNames(lines={})
+    src_lines = source.splitlines()
+    lr = _lr(data)
+    out: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    for kind, module, evidence in wanted:
+        candidates = sorted((f for f in library() if f.applies(kind, module, types.get(module))), key=lambda f: f.rank(evidence))
+        for fix in candidates:
+            if fix.id in seen:
+                continue
+            seen.add(fix.id)
+            out.append(render(fix, module, names, src_lines, script, sources.get(module), lr))
+            if len(out) >= limit:
+                return out
+    return out
+
+
+def _lr(data: RunData) -> tuple[float | None, float | None]:
+    import numpy as np
+
+    lr = data.steps["lr"]
+    ok = lr[np.isfinite(lr)]
+    if not len(ok):
+        return None, None
+    return float(ok[-1]), float(ok[0])
+
+
+def render(fix: Fix, module: str, names: ScriptNames, src_lines: list[str], script: str | None,
+           module_source: tuple[str | None, int | None] | None, lr: tuple[float | None, float | None]) -> dict[str, Any]:
+    values = {
+        "model": names.model, "optimizer": names.optimizer, "loss": names.loss, "input": names.input, "target": names.target,
+        "module": module, "module_ref": module_ref(names.model, module if module not in ("input", "loss", "optimizer") else ""),
+        "features": "d_model", "lr": f"{lr[0]:.3g}" if lr[0] is not None else "?", "lr_before": f"{lr[1]:.3g}" if lr[1] is not None else "1e-3",
+        "script": script or "train.py",
+    }
+    snippet = _fill(fix.template, values)
+    where: dict[str, Any] | None = None
+    if fix.where == "layer_init" and module_source and module_source[0] and module_source[1]:
+        where = {"file": module_source[0], "line": int(module_source[1]) + 1, "position": "before"}
+    elif script and names.lines and fix.where in names.lines:
+        where = {"file": script, "line": names.lines[fix.where], "position": "before"}
+    if where is not None and where["file"] == script:
+        indent = _indent_of(src_lines, where["line"] if fix.where in ("before_step", "before_backward", "loss", "data") else where["line"] - 1)
+        snippet = "\n".join(indent + ln if ln else ln for ln in snippet.splitlines())
+    return {
+        "id": fix.id,
+        "title": fix.title,
+        "snippet": snippet,
+        "validation": [_fill(v, values) for v in fix.validation],
+        "explanation": fix.explanation,
+        "placement": fix.where,
+        "where": where,
+    }
+
+
+def _fill(template: str, values: dict[str, str]) -> str:
+    return re.sub(r"\{(\w+)\}", lambda m: values.get(m.group(1), m.group(0)), template.replace("{{", "\0").replace("}}", "\1")).replace(
+        "\0", "{").replace("\1", "}")

@@ -1,0 +1,1 @@
+"""Pictures and reports from a run store (matplotlib; never torch)."""
