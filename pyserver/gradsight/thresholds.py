@@ -36,6 +36,10 @@ class Thresholds:
     update_ratio_high: float = 0.1  # mean|dW| / mean|W| above this: steps too large
     update_ratio_low: float = 1e-4  # below this: steps too small
     activation_limit: float = 1e4  # |activation| above this is out of range
+    loss_spike_floor: float = 0.1  # a spike must also exceed this fraction of the run's starting loss (noise near 0 is no spike)
+    init_gain_high: float = 5.0  # initial weight RMS x sqrt(fan-in) above this is poor initialization (Kaiming gives 1.4)
+    init_gain_low: float = 0.01  # ... and below this
+    embedding_rms_high: float = 10.0  # an embedding's initial RMS above this is poor initialization (default init gives 1)
 
     def replace(self, **changes: Any) -> Thresholds:
         return dataclasses.replace(self, **changes)

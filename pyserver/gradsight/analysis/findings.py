@@ -29,10 +29,35 @@ class Finding:
     evidence: str
     strength: float  # 0..1
     step: int | None = None  # first step where it held
+    direct: bool = True  # False when inferred from a consequence (zero gradients behind dead units, say)
 
     @property
     def key(self) -> tuple[str, str]:
         return (self.module, self.kind)
+
+
+def _topmost(data: RunData, frozen: dict[int, int]) -> dict[int, int]:
+    """Report frozen parameters at the highest module (below the root) whose parameters are all frozen."""
+    trainable: dict[str, bool] = {}
+    for p in data.params:
+        name = data.modules[p["module_id"]].name
+        while True:
+            trainable[name] = trainable.get(name, False) or bool(p["trainable"])
+            if not name:
+                break
+            name = name.rpartition(".")[0]
+    out: dict[int, int] = {}
+    for mid, n in frozen.items():
+        name = data.modules[mid].name
+        top = name
+        while top:
+            parent = top.rpartition(".")[0]
+            if not parent or trainable.get(parent, True):
+                break
+            top = parent
+        tid = data.index[top]
+        out[tid] = out.get(tid, 0) + n
+    return out
 
 
 def _merge(findings: list[Finding]) -> list[Finding]:
@@ -46,7 +71,8 @@ def _merge(findings: list[Finding]) -> list[Finding]:
         keep = f if f.strength > old.strength else old
         steps = [s for s in (f.step, old.step) if s is not None]
         sev = min((f.severity, old.severity), key=["error", "warning", "info"].index)
-        best[f.key] = Finding(keep.module, keep.kind, sev, keep.evidence, keep.strength, min(steps) if steps else None)
+        best[f.key] = Finding(keep.module, keep.kind, sev, keep.evidence, keep.strength, min(steps) if steps else None,
+                              f.direct or old.direct)
     return list(best.values())
 
 
@@ -74,8 +100,9 @@ class Detector:
         self.loss = data.steps["loss"]
         self.out: list[Finding] = []
 
-    def add(self, module: str, kind: str, severity: str, evidence: str, strength: float, step: int | None = None) -> None:
-        self.out.append(Finding(module, kind, severity, evidence, float(np.clip(strength, 0.0, 1.0)), step))
+    def add(self, module: str, kind: str, severity: str, evidence: str, strength: float, step: int | None = None,
+            direct: bool = True) -> None:
+        self.out.append(Finding(module, kind, severity, evidence, float(np.clip(strength, 0.0, 1.0)), step, direct))
 
     # -- helpers ------------------------------------------------------------------
     def producer(self, i: int) -> int:
@@ -110,13 +137,31 @@ class Detector:
             fn()
         return _merge(self.out)
 
+    def diverged_before(self, step: int) -> str:
+        """How the run blew up in the steps before ``step`` (empty when it did not)."""
+        before = self.steps < step
+        g = self.d.steps["grad_norm"][before]
+        g = g[np.isfinite(g)]
+        if len(g) >= 2:
+            base = float(np.median(g[: max(1, min(10, len(g) // 2))]))
+            top = float(g[-5:].max())
+            if base > 0 and top > 100 * base:
+                return f"gradient norm rose {top / base:.3g}x, to {top:.3g}"
+        loss = self.loss[before]
+        loss = loss[np.isfinite(loss)]
+        if len(loss) >= 2 and loss.min() > 0 and loss[-3:].max() > 100 * loss.min():
+            return f"loss rose {loss[-3:].max() / loss.min():.3g}x"
+        return ""
+
     def triggers(self) -> None:
         """The runtime's own trigger events that name a layer are direct evidence."""
         kinds = {"grad_explode": "exploding_gradient", "vanishing": "vanishing_gradient", "dead_units": "dead_units"}
         for e in self.d.events:
             kind = kinds.get(e.name)
             if e.kind == "trigger" and kind and e.module and e.module in self.d.index:
-                self.add(e.module, kind, "error", f"{e.name} trigger at step {e.step}: {e.message}", 0.7, e.step)
+                # zero gradients may be the consequence of dead units further on: not direct evidence
+                self.add(e.module, kind, "error", f"{e.name} trigger at step {e.step}: {e.message}", 0.7, e.step,
+                         direct=kind != "dead_units" or "dead" in (e.condition or "") and "grad" not in (e.condition or ""))
 
     def nonfinite(self) -> None:
         """Where non-finite values first appear: the input, a module's output, the loss, or a gradient."""
@@ -146,6 +191,13 @@ class Detector:
         inp_steps, inp = self.d.input_stats
         first_inp = next((int(inp_steps[r]) for r in range(len(inp_steps)) if inp[r, 4] > 0), None)
         first_loss = int(self.steps[bad_loss[0]]) if len(bad_loss) else None
+        starts = [s for s in (first_loss, first_act[0] if first_act else None, first_grad[0] if first_grad else None) if s is not None]
+        diverged = self.diverged_before(min(starts)) if starts else ""
+        if diverged and (first_inp is None or first_inp > min(starts)):
+            # NaN at the end of a divergence is its consequence, not where the trouble started
+            self.add("loss", "nan_inf", "error", f"the run diverged ({diverged}) until values overflowed at step {min(starts)}",
+                     0.6, min(starts), direct=False)
+            return
         if first_inp is not None and (first_act is None or first_inp <= first_act[0]):
             self.add("input", "nan_inf", "error", f"the input batch holds NaN/Inf values at step {first_inp}", 1.0, first_inp)
             return
@@ -263,7 +315,7 @@ class Detector:
                     seen.add(i)
                     self.add(self.names[i], "dead_units", "error",
                              f"{float(np.median(col[fin])):.0%} of its gradients are exactly zero (>= {self.t.dead_grad_frac:.0%})",
-                             0.8, int(steps[np.flatnonzero(hit)[0]]))
+                             0.8, int(steps[np.flatnonzero(hit)[0]]), direct=False)
 
     def saturation(self) -> None:
         steps, sat = self.sampled("sat_frac")
@@ -335,10 +387,12 @@ class Detector:
                 gain = rms * math.sqrt(fan_in)  # ~0.58 for PyTorch's default, ~1.4 for Kaiming
             else:
                 continue
-            if gain > 10 or gain < 1e-3:
-                self.add(self.names[i], "poor_initialization", "error" if gain > 30 or gain < 1e-4 else "warning",
-                         f"initial weight scale {_fmt(gain)} (RMS x sqrt(fan-in); PyTorch's default gives ~0.6)",
-                         _strength(max(gain / 10, 1e-3 / max(gain, 1e-30))), int(steps[0]))
+            high = self.t.embedding_rms_high if self.types[i] in EMBEDDINGS else self.t.init_gain_high
+            if gain > high or gain < self.t.init_gain_low:
+                self.add(self.names[i], "poor_initialization", "error",
+                         f"initial weight scale {_fmt(gain)} ({'RMS' if self.types[i] in EMBEDDINGS else 'RMS x sqrt(fan-in)'}; "
+                         f"PyTorch's default gives {'1' if self.types[i] in EMBEDDINGS else '~0.6'}, healthy below {high:g})",
+                         _strength(max(gain / high, self.t.init_gain_low / max(gain, 1e-30))), int(steps[0]))
 
     def update_ratio(self) -> None:
         steps, ur = self.sampled("update_ratio")
@@ -371,8 +425,19 @@ class Detector:
         for mid, names in unstepped.items():
             self.add(self.names[mid], "not_updated", "error",
                      f"{', '.join(names)} receive gradients but no optimizer updates them", 1.0)
-        for mid, n in frozen.items():
+        for mid, n in _topmost(self.d, frozen).items():
             self.add(self.names[mid], "frozen", "info", f"{n} parameters are frozen (requires_grad=False)", 0.5)
+        # modules whose behaviour depends on train/eval mode, left in eval mode while the optimizer steps
+        steps, mode = self.sampled("training")
+        if mode.size and has_opt:
+            for i, typ in enumerate(self.types):
+                if typ.startswith(("BatchNorm", "Dropout", "InstanceNorm")) or typ in ("AlphaDropout",):
+                    col = mode[:, i]
+                    fin = np.isfinite(col)
+                    if fin.sum() and (col[fin] == 0).mean() >= 0.5:
+                        self.add(self.names[i], "frozen", "error",
+                                 f"{typ} runs in eval mode while the optimizer steps (model.eval() before training?): "
+                                 "its statistics do not adapt to the data", 0.9, int(steps[np.flatnonzero(fin & (col == 0))[0]]))
 
     def loop(self) -> None:
         z = self.d.steps.get("grads_zeroed")

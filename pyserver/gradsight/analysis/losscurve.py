@@ -32,10 +32,13 @@ def analyse(data: RunData, t: Thresholds) -> tuple[LossCurve, list[Finding]]:
         curve.spike_step = int(spikes[0].step)
         out.append(Finding("loss", "loss_spike", "error", spikes[0].message or "loss spike", 0.8, curve.spike_step))
     else:
+        first = loss[np.isfinite(loss)][: t.loss_spike_window]
+        floor = t.loss_spike_floor * float(np.median(np.abs(first))) if len(first) else 0.0
         for k in range(t.loss_spike_window, len(loss)):
             past = loss[k - t.loss_spike_window : k]
             past = past[np.isfinite(past)]
-            if len(past) >= 3 and np.isfinite(loss[k]) and past.mean() > 0 and loss[k] > t.loss_spike_factor * past.mean():
+            if (len(past) >= 3 and np.isfinite(loss[k]) and past.mean() > 0 and loss[k] > t.loss_spike_factor * past.mean()
+                    and loss[k] > floor):
                 curve.spike_step = int(steps[k])
                 out.append(Finding("loss", "loss_spike", "error",
                                    f"loss {loss[k]:.4g} is {loss[k] / past.mean():.1f}x its {len(past)}-step mean", 0.7, curve.spike_step))
@@ -56,7 +59,7 @@ def analyse(data: RunData, t: Thresholds) -> tuple[LossCurve, list[Finding]]:
         if len(d) >= 10 and half.mean() > 0:
             flips = float(np.mean(np.sign(d[1:]) != np.sign(d[:-1])))
             swing = float(np.mean(np.abs(d)) / half.mean())
-            if flips > 0.6 and swing > 0.3:
+            if flips > 0.6 and swing > 0.3 and tail > 0.5 * head:  # noise around a falling loss is no oscillation
                 curve.oscillating = True
                 out.append(Finding("loss", "oscillating_loss", "warning",
                                    f"in the second half the loss changes direction on {flips:.0%} of steps, by {swing:.0%} of its mean", 0.6))

@@ -62,16 +62,18 @@ def find(data: RunData, findings: list[Finding], curve: LossCurve, t: Thresholds
         return sorted([f for f in findings if f.kind == kind and (severity is None or f.severity == severity)], key=order)
 
     tiers: list[tuple[int, list[Finding]]] = []
-    tiers.append((0, of("grads_not_zeroed") + of("not_updated") + of("double_softmax")))
-    tiers.append((1, of("nan_inf")))
+    tiers.append((0, of("grads_not_zeroed") + of("not_updated") + of("double_softmax") + of("frozen")))
+    nonfinite = of("nan_inf")
+    tiers.append((1, [f for f in nonfinite if f.direct]))
     tiers.append((2, _learning_rate(data, findings, curve, t, anomaly_step)))
     forward = of("activation_out_of_range") + of("poor_initialization") + of("activation_out_of_range", "warning")
     input_first = [f for f in forward if f.module == "input"]
     init = [f for f in forward if f.kind == "poor_initialization"]
     inside = sorted([f for f in forward if f.module != "input" and f.kind != "poor_initialization"], key=order)
     tiers.append((3, input_first + _from_start(inside, init, data) + inside))
-    tiers.append((4, of("exploding_gradient")))
-    tiers.append((5, of("vanishing_gradient") + of("dead_units") + of("saturation", None)))
+    tiers.append((4, of("exploding_gradient") + [f for f in nonfinite if not f.direct]))
+    dying = sorted(of("vanishing_gradient") + of("dead_units"), key=lambda f: (not f.direct, *order(f)))
+    tiers.append((5, dying + of("saturation", None)))
     if curve.not_decreasing or any(f.kind == "loss_spike" for f in findings):
         tiers.append((6, _stagnation(data, findings, curve, t)))
     for tier, cands in tiers:

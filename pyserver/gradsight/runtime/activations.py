@@ -84,6 +84,7 @@ class ActivationRecorder:
         self.captured: list[tuple[int, np.ndarray]] = []
         self.failed = False
         self.loss_modules: set[str] = set()  # loss modules (outside the model) seen called
+        self.modes: dict[int, bool] = {}  # module id -> module.training when it ran
 
     @property
     def armed(self) -> bool:
@@ -92,7 +93,7 @@ class ActivationRecorder:
     def arm(self, *, want_order: bool = False) -> None:
         if self._handles or self.failed:
             return
-        self.rows, self._calls, self._last_out = [], {}, None
+        self.rows, self._calls, self._last_out, self.modes = [], {}, None, {}
         reg = torch.nn.modules.module
         self._handles.append(reg.register_module_forward_hook(self._hook))
         if want_order:
@@ -120,6 +121,7 @@ class ActivationRecorder:
         if calls >= MAX_CALLS_PER_STEP:
             return
         self._calls[i] = calls + 1
+        self.modes[i] = module.training
         try:
             out = first_tensor(output)
             if out is None or not out.is_floating_point() or out.numel() == 0:
@@ -129,7 +131,7 @@ class ActivationRecorder:
             if inp is not None and (not inp.is_floating_point() or inp.numel() == 0):
                 inp = None
             if out is self._last_out and flags == 0 and self.rows:
-                self.rows.append((i, 0, out.numel(), None))  # a container passing its last child's output on
+                self.rows.append((i, -1, out.numel(), None))  # a container passing its last child's output on
             else:
                 self.rows.append((i, flags, out.numel(), activation_stats(module, flags, inp, out)))
             self._last_out = out
@@ -167,7 +169,7 @@ def _decode(meta: list[tuple[int, int, int, int]], flat: np.ndarray) -> list[tup
     out: list[tuple[int, np.ndarray]] = []
     decoded: list[np.ndarray] = []
     for i, flags, n, src in meta:
-        if src == len(decoded):  # a new device row starts here
+        if flags >= 0 and src == len(decoded):  # a new device row starts here
             width = _BASE + bin(flags).count("1")
             raw = flat[pos : pos + width].astype(np.float64)
             pos += width
@@ -180,7 +182,11 @@ def _decode(meta: list[tuple[int, int, int, int]], flat: np.ndarray) -> list[tup
             in_dead = extra.pop(0) if flags & _IN_DEAD else np.nan
             bad = 0.0 if np.isfinite(mn) and np.isfinite(mx) else 1.0
             decoded.append(np.array([mn, mx, mean, np.sqrt(var), 1.0 - nonzero / n, bad, dead, sat, in_dead]))
-        out.append((i, decoded[src]))
+        row = decoded[src]
+        if flags < 0:  # a container passing a child's output on: the same statistics, none of the child's extras
+            row = row.copy()
+            row[6:] = np.nan
+        out.append((i, row))
     return out
 
 

@@ -85,6 +85,7 @@ class RootFinder:
 
     def __init__(self) -> None:
         self.candidates: dict[int, nn.Module] = {}
+        self.last_call: dict[int, Any] = {}  # the positional arguments of each candidate's last top-level call
         self.order: list[int] = []  # id(module) in first-call pre-order
         self._seen: set[int] = set()
         self._depth = 0
@@ -103,6 +104,7 @@ class RootFinder:
     def _pre(self, module: nn.Module, args: Any) -> None:
         if self._depth == 0:
             self.candidates[id(module)] = module
+            self.last_call[id(module)] = args  # the global hook sees no keyword arguments
         self._depth += 1
         key = id(module)
         if key not in self._seen:

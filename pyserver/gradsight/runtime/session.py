@@ -127,7 +127,8 @@ class Session:
         self._n_backward = 0
         self._zeroed: bool | None = None
         self._prebw: torch.Tensor | None = None
-        self._input_stats: torch.Tensor | None = None  # min, max, mean, std, non-finite count of the input
+        self._input_stats: torch.Tensor | None = None
+        self._replaying = False  # min, max, mean, std, non-finite count of the input
         self._auto_steps = False  # no optimizer seen: each backward ends a step
         self._explicit_steps = False  # the user ends steps with mark_step()
         self._transfer = gs.Transfer()
@@ -278,6 +279,9 @@ class Session:
         self.watch_triggers = [(Trigger(c.text, condition_check(c, c.text), 1), True) for c in self.settings.breaks]
         self.recorder = act.ActivationRecorder(layout)
         if self._finder is not None:
+            args = self._finder.last_call.get(id(root))
+            if args:  # this step's forward ran before we knew the model: keep its input (positional only)
+                self._inputs.append((self.step, tuple(args), {}))
             pos = {key: i for i, key in enumerate(self._finder.order)}
             order = sorted(range(layout.n_modules), key=lambda i: pos.get(id(layout.modules[i]), 10**9))
             self._order_known = bool(pos)
@@ -315,7 +319,8 @@ class Session:
         return max([self.settings.thresholds.loss_spike_window] + [w for c in conds for w in _windows(c)])
 
     def _on_root_forward(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        self._inputs.append((self.step, args, kwargs))
+        if not self._replaying:
+            self._inputs.append((self.step, args, kwargs))
         if self.recorder is not None and self.recorder.armed and self._input_stats is None:
             try:
                 x = first_tensor(args) if args else first_tensor(kwargs)
@@ -345,14 +350,21 @@ class Session:
             host = t.fetch()
             self._write_step(step, self._loss(host), sampled=False, grad_norm=None, grad_max=None, zeroed=self._zeroed_flag(host))
             return
+        if sampled and self.recorder is not None and not self.recorder.armed and not self.recorder.rows:
+            self._forward_again(step)  # the model was found after this step's forward: measure it now
         idx = gs.queue_grads(layout, t, sampled)
         if self._input_stats is not None:
             t.add("input", self._input_stats)
             self._input_stats = None
         act_ids: list[tuple[int, int, int, int]] = []
-        if self.recorder is not None and self.recorder.armed:
+        if self.recorder is not None and (self.recorder.armed or self.recorder.rows):
             self.recorder.disarm()
             act_ids = self.recorder.take(t.add)
+            if self.recorder.modes:
+                modes = np.full(layout.n_modules, np.nan)
+                for mid, training in self.recorder.modes.items():
+                    modes[mid] = float(training)
+                self.writer.put_metric(step, "training", modes)
             if self.recorder.order and not self._order_known:
                 self._write_order(self.recorder.order)
         host = t.fetch()
@@ -365,7 +377,7 @@ class Session:
             gnorm: float | None = math.sqrt(float(sample.l2 @ sample.l2)) if len(sample.l2) else None
         else:
             gnorm = math.sqrt(float(np.nansum(np.where(present, sample.l2 * sample.l2, 0.0)))) if present.any() else None
-        gmax = float(np.nanmax(sample.linf)) if sample.linf is not None and present.any() else None
+        gmax = float(np.max(np.where(np.isnan(sample.linf), -np.inf, sample.linf))) if sample.linf is not None and present.any() else None
         scalars: dict[str, float] = {"step": float(step), "loss": _nan(loss), "lr": _nan(self._lr()),
                                      "grad_norm": _nan(gnorm), "grad_max": _nan(gmax),
                                      "loss_nonfinite": float(loss is not None and not math.isfinite(loss)),
@@ -528,28 +540,41 @@ class Session:
                                     if isinstance(m, (nn.Softmax, nn.Embedding, nn.MultiheadAttention)) or "attn" in layout.names[i].rsplit(".", 1)[-1].lower()}
         return self._replay(step, interesting, budget)
 
-    def _replay(self, step: int, capture: set[int], budget: int) -> int | None:
-        """Re-run this step's forward (no grad, RNG and buffers restored) to see its activations."""
+    def _forward_again(self, step: int) -> bool:
+        """Re-run this step's forward (no grad, RNG and buffers restored) with the recorder armed;
+        its rows stay in the recorder. False when the step's input is not at hand."""
         if not self._inputs or self._inputs[-1][0] != step or self.recorder is None or self.layout is None:
-            return None
+            return False
         _, args, kwargs = self._inputs[-1]
         root = self.layout.root
-        rec = self.recorder
         saved = [b.detach().clone() for b in root.buffers()]
-        rec.capture, rec.capture_budget, rec.captured = capture, budget, []
         devices = [torch.cuda.current_device()] if torch.cuda.is_available() and torch.cuda.is_initialized() else []
         try:
-            rec.arm()
+            self.recorder.arm(want_order=not self._order_known)
+            self._replaying = True
             with torch.no_grad(), torch.random.fork_rng(devices=devices):
                 root(*args, **kwargs)
         except Exception as exc:
             self.writer.put_event(step, EVENT_WARNING, "replay_failed", message=f"could not replay the forward pass: {exc!r}")
-            return None
+            self.recorder.rows = []
+            return False
         finally:
-            rec.disarm()
+            self._replaying = False
+            self.recorder.disarm()
             with torch.no_grad():
                 for b, s in zip(root.buffers(), saved):
                     b.copy_(s)
+        return True
+
+    def _replay(self, step: int, capture: set[int], budget: int) -> int | None:
+        """Re-run the trigger step's forward to capture its activations (statistics and whole tensors)."""
+        rec = self.recorder
+        if rec is None or self.layout is None:
+            return None
+        rec.capture, rec.capture_budget, rec.captured = capture, budget, []
+        if not self._forward_again(step):
+            rec.capture, rec.captured = set(), []
+            return None
         t = gs.Transfer()
         ids = rec.take(t.add)
         if self._input_stats is not None:  # the replayed step's input statistics

@@ -110,19 +110,23 @@ class Trigger:
 
 def loss_spike(t: Thresholds) -> Check:
     past: deque[float] = deque(maxlen=t.loss_spike_window)
+    start: list[float] = []  # the first losses: the run's scale
 
     def check(h: History) -> Fired | None:
         loss = h.current.scalars.get("loss")
         if loss is None or math.isnan(loss):
             return None
         hit = None
+        floor = t.loss_spike_floor * (sorted(start)[len(start) // 2] if start else 0.0)
         if len(past) >= max(3, t.loss_spike_window // 2):
             mean = sum(past) / len(past)
-            if mean > 0 and loss > t.loss_spike_factor * mean:
+            if mean > 0 and loss > t.loss_spike_factor * mean and loss > floor:
                 hit = Fired("loss_spike", f"loss {loss:.4g} is {loss / mean:.1f}x its {len(past)}-step mean {mean:.4g}",
                             value=loss, condition=f"loss > {t.loss_spike_factor:g} * mean(loss, {t.loss_spike_window})")
         if math.isfinite(loss):
             past.append(loss)
+            if len(start) < t.loss_spike_window:
+                start.append(abs(loss))
         return hit
 
     return check

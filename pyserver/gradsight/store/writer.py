@@ -151,6 +151,10 @@ class StoreWriter:
                 self._poll_watches(conn)
             for w in waiters:
                 w.set()
+        try:  # a finished store is one self-contained file (no -wal/-shm beside it), ready to copy
+            conn.execute("PRAGMA journal_mode=DELETE")
+        except sqlite3.Error:
+            pass  # a reader still has it open: it stays in WAL mode, which is fine
         conn.close()
 
     def _commit(self, conn: sqlite3.Connection, rows: list[tuple[str, tuple[Any, ...]]]) -> None:

@@ -157,11 +157,12 @@ def pdf_report(data: RunData, d: dict[str, Any], path: str) -> None:
         plt.close(page)
         for fig in figs:
             img = plt.imread(io.BytesIO(fig.png), format="png")
-            page = plt.figure(figsize=(8.27, 11.69))
-            ax = page.add_axes((0.04, 0.08, 0.92, 0.84))
+            wide = img.shape[1] > img.shape[0]
+            page = plt.figure(figsize=(11.69, 8.27) if wide else (8.27, 11.69))  # landscape A4 for wide pictures
+            ax = page.add_axes((0.04, 0.05, 0.92, 0.86))
             ax.imshow(img)
             ax.axis("off")
-            page.text(0.05, 0.95, fig.title, fontsize=13, weight="bold")
+            page.text(0.05, 0.94, fig.title, fontsize=13, weight="bold")
             pdf.savefig(page)
             plt.close(page)
         worst = sorted([x for x in d["layers"] if x["issues"]], key=lambda x: x["health"])[:40]

@@ -1,0 +1,19 @@
+"""Fault: SGD with a learning rate far too high for the problem (1.5 instead of ~0.01)."""
+import sys
+import torch
+from torch import nn
+sys.path.insert(0, __file__.rsplit("/", 1)[0])
+from _common import classification, regression, sequences  # noqa: E402,F401
+
+EXPECTED = {"module": "optimizer", "kind": "learning_rate_too_high"}
+
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 1))
+optimizer = torch.optim.SGD(model.parameters(), lr=1.5)
+data = regression()
+for step in range(80):
+    x, y = next(data)
+    optimizer.zero_grad()
+    loss = nn.functional.mse_loss(model(x), y)
+    loss.backward()
+    optimizer.step()
