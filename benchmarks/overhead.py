@@ -5,8 +5,10 @@
 For each model: blocks of ``--steps`` training steps alternate between plain
 and watched (a fresh session per block, defaults unless --every is given),
 ``--rounds`` times. Prints the median over rounds of each mode's mean ms/step, and the median over
-rounds of the ratio watched/plain of blocks run back to back: the figure to
-read (machines here are shared and noisy).
+rounds of the ratio watched/plain of blocks run back to back, and the time
+spent inside gradsight's callbacks per step as a share of the plain step (a
+direct measure of its own cost on the training thread, robust to the noise of
+shared machines; it leaves out effects such as the writer thread's CPU use).
 """
 
 from __future__ import annotations
@@ -24,8 +26,36 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "pyserver"))
 
+from gradsight.runtime import activations as _activations  # noqa: E402
+from gradsight.runtime import session as _session  # noqa: E402
 from gradsight.runtime.api import watch  # noqa: E402
 from gradsight.runtime.session import DEFAULT_EVERY  # noqa: E402
+
+IN_HOOKS = [0.0]  # seconds spent inside gradsight's callbacks on the training thread
+
+
+def _account(cls: type, name: str) -> None:
+    """Time a gradsight callback (outermost calls only: no double counting)."""
+    original = getattr(cls, name)
+    depth = [0]
+
+    def timed(*args: object, **kwargs: object) -> object:
+        depth[0] += 1
+        t0 = time.perf_counter()
+        try:
+            return original(*args, **kwargs)
+        finally:
+            depth[0] -= 1
+            if depth[0] == 0:
+                IN_HOOKS[0] += time.perf_counter() - t0
+
+    setattr(cls, name, timed)
+
+
+for _name in ("on_optimizer_pre", "on_optimizer_post", "on_backward_begin", "on_backward_end", "on_zero_grad", "_on_root_forward"):
+    _account(_session.Session, _name)
+_account(_activations.ActivationRecorder, "_hook")
+_account(_activations.ActivationRecorder, "_pre_hook")
 
 Step = Callable[[], None]
 
@@ -106,20 +136,24 @@ def time_block(step: Step, n: int, device: str) -> list[float]:
 
 
 def measure(name: str, device: str, rounds: int, steps: int, modes: dict[str, int | None], tmp: Path) -> dict[str, list[float]]:
-    """Per round, each mode's mean ms/step over its block (a mean, so sampled steps count in full)."""
+    """Per round, each mode's mean ms/step over its block (a mean, so sampled steps count in full);
+    also, under '<mode> hooks', the ms/step spent inside gradsight's callbacks."""
     model, opt, step = SETUPS[name](device)
     time_block(step, 10, device)  # warm up
     out: dict[str, list[float]] = {m: [] for m in modes}
+    out.update({f"{m} hooks": [] for m, every in modes.items() if every is not None})
     for r in range(rounds):
         for mode, every in modes.items():
             if every is None:
                 block = time_block(step, steps, device)
             else:
                 handle = watch(model, opt, store=tmp / f"{name}-{mode}-{r}.db", every=every)
+                IN_HOOKS[0] = 0.0
                 try:
                     block = time_block(step, steps, device)
                 finally:
                     handle.close()
+                out[f"{mode} hooks"].append(IN_HOOKS[0] / steps * 1000)
             out[mode].append(statistics.fmean(block) * 1000)
     return out
 
@@ -139,17 +173,24 @@ def main() -> None:
     print(f"device {args.device}, torch {torch.__version__}, threads {torch.get_num_threads()}, "
           f"{args.rounds} rounds x {args.steps} steps per mode, interleaved")
     header = f"{'model':<8}" + "".join(f"{m + ' ms/step':>20}" for m in modes) + "".join(f"{m + ' ratio':>16}" for m in modes if m != "plain")
+    header += "".join(f"{m + ' in-hook share':>22}" for m in modes if m != "plain")
     print(header)
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.models.split(","):
             res = measure(name, args.device, args.rounds, args.steps, modes, Path(tmp))
             row = f"{name:<8}" + "".join(f"{statistics.median(res[m]):>20.2f}" for m in modes)
+            spread: list[str] = []
             # the ratio of each round's blocks (run back to back), then the median over rounds
             for m in modes:
                 if m != "plain":
-                    ratios = [w / p for w, p in zip(res[m], res["plain"])]
+                    ratios = sorted(w / p for w, p in zip(res[m], res["plain"]))
                     row += f"{statistics.median(ratios):>16.3f}"
-            print(row, flush=True)
+                    spread.append(f"{m}: {ratios[0]:.3f}..{ratios[-1]:.3f}")
+            plain = statistics.median(res["plain"])
+            for m in modes:
+                if m != "plain":
+                    row += f"{statistics.median(res[m + ' hooks']) / plain:>22.3f}"
+            print(row + "   (per-round " + ", ".join(spread) + ")", flush=True)
 
 
 if __name__ == "__main__":

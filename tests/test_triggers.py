@@ -95,8 +95,8 @@ def test_store_holds_modules_metrics_and_lines(tmp_path: Path) -> None:
         assert np.allclose(gn[:, 0], np.sqrt(np.nansum(gn[:, [1, 3, 5]] ** 2, axis=1)), rtol=1e-4)
         assert np.isnan(gn[:, 2]).all()  # ReLU has no parameters
         st, dead = run.metric("dead_frac")
-        # traced unchanged, the model is found at the first optimizer step, after its forward: no step 0
-        assert st.tolist() == [4, 8] and np.all(dead[:, 2] < 0.3)
+        # traced unchanged, the model is found at the first optimizer step, after its forward: step 0's is replayed
+        assert st.tolist() == [0, 4, 8] and np.all(dead[:, 2] < 0.3)
         st, ratio = run.metric("update_ratio")
         assert st.tolist() == [0, 4, 8] and np.all((ratio[:, 1] > 1e-4) & (ratio[:, 1] < 0.5))
         params = run.params()

@@ -100,8 +100,10 @@ def _from_start(inside: list[Finding], init: list[Finding], data: RunData) -> li
     """Badly scaled weights matter when activations are out of range from the first recorded step:
     then it is initialization, not something training did."""
     steps, _ = data.metric("act_max")
-    if not init or not len(steps):
+    if not init:
         return []
+    if not len(steps):
+        return init[:1]  # no activation statistics: the weights' scale is the evidence
     first = int(steps[0])
     at_start = not inside or (inside[0].step is not None and inside[0].step <= first + 1)
     return init[:1] if at_start else []

@@ -37,7 +37,11 @@ class Transfer:
         for name, t in self._parts:
             by_device.setdefault(t.device, []).append((name, t))
         out: dict[str, np.ndarray] = {}
-        for parts in by_device.values():
+        for device, parts in by_device.items():
+            if device.type == "cpu":  # already on the host: views, no copy
+                for name, t in parts:
+                    out[name] = t.numpy()
+                continue
             tensors = [t for _, t in parts]
             flat = (tensors[0] if len(tensors) == 1 else torch.cat(tensors)).cpu().numpy()
             pos = 0
@@ -96,7 +100,7 @@ def read_grads(layout: Layout, host: dict[str, np.ndarray], idx: list[int] | Non
     n = len(layout.params)
     if idx is None:
         present = layout.all_params
-        l2 = np.asarray(host.get("l2", np.zeros(0)), dtype=np.float64)
+        l2 = host.get("l2", np.zeros(0))
         return GradSample(present, True, l2, _f64(host.get("linf")), _f64(host.get("l1")), _f64(host.get("zeros")), _f64(host.get("weight_l2")))
 
     def spread(values: np.ndarray | None) -> np.ndarray | None:

@@ -39,6 +39,7 @@ class Layout:
         # derived once: the per-step path only reads these
         self.all_params = np.ones(len(self.params), dtype=bool)
         self.module_numel = self.member @ self.numel
+        self.member32 = self.member.astype(np.float32)
         self.module_has_params = self.member.sum(axis=1)
         self.no_params = self.module_has_params == 0
         self.sparse = any(isinstance(m, (nn.Embedding, nn.EmbeddingBag)) and m.sparse for m in self.modules)

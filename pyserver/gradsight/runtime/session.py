@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 from torch import nn
+from torch.nn.modules.loss import _Loss
 
 from .. import __version__
 from ..conditions import Condition, ConditionError, parse
@@ -36,11 +37,12 @@ from .hooks import GlobalHooks, RootFinder
 from .layout import WEIGHTED, Layout, first_tensor
 from .pause import debugger_attached, pause, user_frame
 from .sourcemap import map_modules
-from .triggers import BUILTIN, Fired, History, StepValues, Trigger, build, condition_check
+from .triggers import BUILTIN, Fired, History, QuickCheck, StepValues, Trigger, build, condition_check
 
-# Activation statistics cost ~1.2x a step on a tiny BERT when taken every step
-# (benchmarks/overhead.py); one step in 50 keeps their share well under 1%.
-DEFAULT_EVERY = 50
+# A sampled step (activation statistics of every module, update ratio) costs 0.4-0.8x
+# a plain step in gradsight's own time (benchmarks/overhead.py, "full" in-hook share);
+# one step in 100 keeps that under 1%.
+DEFAULT_EVERY = 100
 DEFAULT_CAPTURE_WINDOW = 5
 DEFAULT_CAPTURE_BYTES = 64 * 2**20
 CAPTURE_MODULES = 4
@@ -276,9 +278,14 @@ class Session:
         self.triggers = {k: v for k, v in all_triggers.items() if k in self.settings.triggers}
         for cond in self.settings.conditions:
             self.triggers[cond.text] = Trigger(cond.text, condition_check(cond, cond.text), self.settings.capture_window)
+        self._quick = QuickCheck(self.settings.thresholds, np.flatnonzero(own), np.flatnonzero(weighted), numel)
+        self._layer_triggers = [v for k, v in self.triggers.items() if k in ("grad_explode", "nan_inf", "vanishing", "dead_units")]
+        self._other_triggers = [v for v in self.triggers.values() if v not in self._layer_triggers]
         self.watch_triggers = [(Trigger(c.text, condition_check(c, c.text), 1), True) for c in self.settings.breaks]
         self.recorder = act.ActivationRecorder(layout)
+        found_in_step = self._finder is not None
         if self._finder is not None:
+            self.recorder.loss_modules |= {type(m).__name__ for m in self._finder.candidates.values() if isinstance(m, _Loss)}
             args = self._finder.last_call.get(id(root))
             if args:  # this step's forward ran before we knew the model: keep its input (positional only)
                 self._inputs.append((self.step, tuple(args), {}))
@@ -311,7 +318,7 @@ class Session:
         device = next((str(p.device) for p in layout.params), "cpu")
         self.writer.update_run(model=type(root).__name__, device=device)
         self._root_handle = root.register_forward_pre_hook(self._on_root_forward, with_kwargs=True)
-        if self._sampled(self.step):
+        if self._sampled(self.step) and not found_in_step:  # found mid-step, the forward is past: _begin_step replays it
             self.recorder.arm(want_order=not self._order_known)
 
     def _max_window(self) -> int:
@@ -335,43 +342,83 @@ class Session:
     def _sampled(self, step: int) -> bool:
         return step % self.settings.every == 0 or step <= self._capture_until or not self._order_known
 
+    def _collect_fast(self, layout: Layout) -> tuple[gs.GradSample, dict[str, np.ndarray], float | None] | None:
+        """The common step (not sampled, every parameter has a gradient, one loss, nothing pending):
+        one fused norm, one copy, one matrix product. None when the general path is needed."""
+        if self._prebw is not None or self._upd_ids is not None or self._input_stats is not None or len(self._losses) > 1 or layout.sparse:
+            return None
+        grads = [p.grad for p in layout.params]
+        if not grads:
+            return None
+        for g in grads:  # (`None in grads` would compare tensors with ==: slow)
+            if g is None:
+                return None
+        try:
+            vec = torch.stack(torch._foreach_norm(grads)).to(torch.float32)  # type: ignore[arg-type]
+        except RuntimeError:  # mixed devices
+            return None
+        on_cpu = vec.device.type == "cpu"
+        loss_t = self._losses[0] if self._losses else None
+        if loss_t is not None and not on_cpu:  # one copy to the host for both
+            if loss_t.device != vec.device:
+                return None
+            vec = torch.cat([vec, loss_t.reshape(1).to(torch.float32)])
+        host = vec.numpy() if on_cpu else vec.cpu().numpy()
+        n = len(grads)
+        l2 = host[:n]
+        if self._explicit_loss is not None:
+            loss: float | None = self._explicit_loss
+        elif loss_t is None:
+            loss = None
+        else:
+            loss = float(loss_t) if on_cpu else float(host[n])
+        norm = np.sqrt(layout.member32 @ (l2 * l2)).astype(np.float64)
+        norm[layout.no_params] = np.nan
+        return gs.GradSample(layout.all_params, True, l2), {"grad_norm": norm, "grad_present": layout.module_has_params}, loss
+
     def _begin_step(self) -> None:
         layout, history = self.layout, self.history
         step = self.step
         t = self._transfer
         sampled = self._sampled(step)
-        if len(self._losses) == 1:
-            t.add("loss", self._losses[0])
-        elif self._losses:
-            t.add("loss", [x.float() for x in self._losses])
-        if self._prebw is not None:
-            t.add("prebw", [self._prebw])
-        if layout is None or history is None:
-            host = t.fetch()
-            self._write_step(step, self._loss(host), sampled=False, grad_norm=None, grad_max=None, zeroed=self._zeroed_flag(host))
-            return
-        if sampled and self.recorder is not None and not self.recorder.armed and not self.recorder.rows:
-            self._forward_again(step)  # the model was found after this step's forward: measure it now
-        idx = gs.queue_grads(layout, t, sampled)
-        if self._input_stats is not None:
-            t.add("input", self._input_stats)
-            self._input_stats = None
+        fast = None if sampled or layout is None else self._collect_fast(layout)
         act_ids: list[tuple[int, int, int, int]] = []
-        if self.recorder is not None and (self.recorder.armed or self.recorder.rows):
-            self.recorder.disarm()
-            act_ids = self.recorder.take(t.add)
-            if self.recorder.modes:
-                modes = np.full(layout.n_modules, np.nan)
-                for mid, training in self.recorder.modes.items():
-                    modes[mid] = float(training)
-                self.writer.put_metric(step, "training", modes)
-            if self.recorder.order and not self._order_known:
-                self._write_order(self.recorder.order)
-        host = t.fetch()
-        sample = gs.read_grads(layout, host, idx)
-        mods = gs.per_module(layout, sample)
-        mods["grad_present"] = layout.module_has_params if sample.all_present else layout.member @ sample.present.astype(np.float64)
-        loss = self._loss(host)
+        host: dict[str, np.ndarray] = {}
+        if fast is not None:
+            sample, mods, loss = fast
+        else:
+            if len(self._losses) == 1:
+                t.add("loss", self._losses[0])
+            elif self._losses:
+                t.add("loss", [x.float() for x in self._losses])
+            if self._prebw is not None:
+                t.add("prebw", [self._prebw])
+            if layout is None or history is None:
+                host = t.fetch()
+                self._write_step(step, self._loss(host), sampled=False, grad_norm=None, grad_max=None, zeroed=self._zeroed_flag(host))
+                return
+            if sampled and self.recorder is not None and not self.recorder.armed and not self.recorder.rows:
+                self._forward_again(step)  # the model was found after this step's forward: measure it now
+            idx = gs.queue_grads(layout, t, sampled)
+            if self._input_stats is not None:
+                t.add("input", self._input_stats)
+                self._input_stats = None
+            if self.recorder is not None and (self.recorder.armed or self.recorder.rows):
+                self.recorder.disarm()
+                act_ids = self.recorder.take(t.add)
+                if self.recorder.modes:
+                    modes = np.full(layout.n_modules, np.nan)
+                    for mid, training in self.recorder.modes.items():
+                        modes[mid] = float(training)
+                    self.writer.put_metric(step, "training", modes)
+                if self.recorder.order and not self._order_known:
+                    self._write_order(self.recorder.order)
+            host = t.fetch()
+            sample = gs.read_grads(layout, host, idx)
+            mods = gs.per_module(layout, sample)
+            mods["grad_present"] = layout.module_has_params if sample.all_present else layout.member @ sample.present.astype(np.float64)
+            loss = self._loss(host)
+        assert layout is not None and history is not None
         present = sample.present
         if sample.all_present:
             gnorm: float | None = math.sqrt(float(sample.l2 @ sample.l2)) if len(sample.l2) else None
@@ -473,7 +520,13 @@ class Session:
 
     def _evaluate(self, history: History) -> list[Fired]:
         fired: list[Fired] = []
-        for trig in self.triggers.values():
+        if self._quick.quiet(history):
+            for trig in self._layer_triggers:
+                trig.quiet_step()
+            checks = self._other_triggers
+        else:
+            checks = list(self.triggers.values())
+        for trig in checks:
             hit = trig(history)
             if hit is not None:
                 fired.append(hit)

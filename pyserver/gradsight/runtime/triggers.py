@@ -85,6 +85,35 @@ class Fired:
 Check = Callable[[History], "Fired | None"]
 
 
+class QuickCheck:
+    """One vectorized look at a step that tells when none of the layer-based built-in triggers can fire,
+    so a quiet step skips their checks (most steps are quiet)."""
+
+    def __init__(self, t: Thresholds, layers: np.ndarray, weighted: np.ndarray, numel: np.ndarray) -> None:
+        self.t = t
+        self.layers = layers
+        self.weighted = weighted
+        self.root_numel = np.sqrt(numel[weighted]) if len(weighted) else np.zeros(0)
+
+    def quiet(self, h: History) -> bool:
+        cur = h.current
+        if len(cur.modules) > 2 or cur.scalars.get("loss_nonfinite") or cur.scalars.get("grad_nonfinite"):
+            return False  # a sampled step or non-finite values: look closely
+        g = cur.scalars.get("grad_norm")
+        if g is not None and g > self.t.global_grad_norm:
+            return False
+        norms = cur.modules.get("grad_norm")
+        if norms is None:
+            return True
+        if len(self.layers) and not norms[self.layers].max() <= self.t.layer_grad_norm:  # NaN counts as not quiet
+            return False
+        if len(self.weighted) >= 2:
+            low = (norms[self.weighted] / self.root_numel).min()
+            if not low >= self.t.vanishing_mean_grad:  # zero (dead) or tiny (vanishing) or NaN
+                return False
+        return True
+
+
 class Trigger:
     """A check with a latch."""
 
@@ -98,7 +127,7 @@ class Trigger:
     def __call__(self, history: History) -> Fired | None:
         hit = self.check(history)
         if hit is None:
-            self._quiet += 1
+            self.quiet_step()
             return None
         ready = self._quiet >= self.rearm
         self._quiet = 0
@@ -106,6 +135,9 @@ class Trigger:
             return None
         self.fired += 1
         return hit
+
+    def quiet_step(self) -> None:
+        self._quiet += 1
 
 
 def loss_spike(t: Thresholds) -> Check:
