@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +17,16 @@ def test_demo_catches_the_explosion(tmp_path: Path) -> None:
     proc = run_gradsight("demo", "--out", str(out))
     assert proc.returncode == 0, proc.stderr
     assert "anomaly: step 79 (loss_spike)" in proc.stdout
+    assert "root cause: embed - activation_out_of_range (confidence " in proc.stdout
+    assert "first fix: Make weight decay non-negative" in proc.stdout
+    # the whole story on disk: pictures and reports drawn from the store
+    assert (out / "heatmap.png").read_bytes().startswith(b"\x89PNG")
+    page = (out / "report.html").read_text()
+    for title in ("Gradient norm per layer over steps", "Gradient flow at step 79", "Activations of embed at step 79",
+                  "Attention map blocks.0.attn.softmax at step 79", "Embeddings of embed (PCA) at step 79"):
+        assert title in page, title
+    pdf = (out / "report.pdf").read_bytes()
+    assert pdf.startswith(b"%PDF") and len(re.findall(rb"/Type\s*/Page[^s]", pdf)) >= 6
     with RunStore(out / "snapshot.db") as run:
         events = run.events("trigger")
         assert [(e.step, e.name) for e in events] == [(79, "loss_spike"), (83, "grad_explode")]

@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 
-def text(d: dict[str, Any], top: int = 5) -> str:
+def headline(d: dict[str, Any]) -> list[str]:
+    """Health, anomaly and root cause: the lines every view of a diagnosis starts with."""
     run = d.get("run", {})
     lines = [f"gradsight diagnosis of {run.get('path')} ({run.get('steps')} steps, {run.get('model')}, {run.get('optimizer')})",
              f"model health: {d['health']}/100"]
@@ -25,6 +26,11 @@ def text(d: dict[str, Any], top: int = 5) -> str:
             lines.append("  path: " + " -> ".join(p or "(model)" for p in rc["path"]))
     else:
         lines.append("root cause: none")
+    return lines
+
+
+def text(d: dict[str, Any], top: int = 5) -> str:
+    lines = headline(d)
     worst = sorted([x for x in d["layers"] if x["issues"]], key=lambda x: x["health"])[:top]
     if worst:
         lines.append("worst layers:")

@@ -46,6 +46,7 @@ DEFAULT_EVERY = 100
 DEFAULT_CAPTURE_WINDOW = 5
 DEFAULT_CAPTURE_BYTES = 64 * 2**20
 CAPTURE_MODULES = 4
+LOSS_SCALE_STEPS = 10  # the run's loss scale is the median of its first losses
 ACTIVE: Session | None = None
 _STEP_SQL = ("INSERT OR REPLACE INTO steps (step, time, duration, loss, lr, grad_norm, grad_max, sampled, n_backward, grads_zeroed, capture,"
              " loss_finite) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)")
@@ -130,7 +131,9 @@ class Session:
         self._zeroed: bool | None = None
         self._prebw: torch.Tensor | None = None
         self._input_stats: torch.Tensor | None = None
-        self._replaying = False  # min, max, mean, std, non-finite count of the input
+        self._replaying = False
+        self._loss_start: list[float] = []  # the first losses: the run's scale
+        self._loss_scale = math.nan  # min, max, mean, std, non-finite count of the input
         self._auto_steps = False  # no optimizer seen: each backward ends a step
         self._explicit_steps = False  # the user ends steps with mark_step()
         self._transfer = gs.Transfer()
@@ -425,7 +428,10 @@ class Session:
         else:
             gnorm = math.sqrt(float(np.nansum(np.where(present, sample.l2 * sample.l2, 0.0)))) if present.any() else None
         gmax = float(np.max(np.where(np.isnan(sample.linf), -np.inf, sample.linf))) if sample.linf is not None and present.any() else None
-        scalars: dict[str, float] = {"step": float(step), "loss": _nan(loss), "lr": _nan(self._lr()),
+        if loss is not None and math.isfinite(loss) and len(self._loss_start) < LOSS_SCALE_STEPS:
+            self._loss_start.append(abs(loss))
+            self._loss_scale = float(np.median(self._loss_start))
+        scalars: dict[str, float] = {"step": float(step), "loss": _nan(loss), "lr": _nan(self._lr()), "loss_scale": self._loss_scale,
                                      "grad_norm": _nan(gnorm), "grad_max": _nan(gmax),
                                      "loss_nonfinite": float(loss is not None and not math.isfinite(loss)),
                                      "grad_nonfinite": float(gnorm is not None and not math.isfinite(gnorm)),

@@ -164,6 +164,15 @@ def loss_spike(t: Thresholds) -> Check:
     return check
 
 
+def _learning(cur: StepValues) -> bool:
+    """False once the loss is ~0 against its starting level: tiny or exactly-zero gradients are then
+    convergence (and underflow), not vanishing gradients or dead units."""
+    loss, scale = cur.scalars.get("loss"), cur.scalars.get("loss_scale")
+    if loss is None or scale is None or math.isnan(loss) or math.isnan(scale) or scale <= 0:
+        return True
+    return abs(loss) > 0.01 * scale
+
+
 def _first_max(values: np.ndarray) -> tuple[int, float]:
     clean = np.where(np.isfinite(values), values, -np.inf)
     k = int(np.argmax(clean))
@@ -228,7 +237,7 @@ def vanishing(t: Thresholds, weighted: np.ndarray, numel: np.ndarray) -> Check:
     def check(h: History) -> Fired | None:
         cur = h.current
         norms = cur.modules.get("grad_norm")
-        if norms is None or len(weighted) < 2:
+        if norms is None or len(weighted) < 2 or not _learning(cur):
             return None
         mean_abs = cur.modules.get("grad_mean")
         with np.errstate(invalid="ignore", divide="ignore"):
@@ -258,6 +267,9 @@ def dead_units(t: Thresholds, weighted: np.ndarray) -> Check:
     def check(h: History) -> Fired | None:
         cur = h.current
         norms = cur.modules.get("grad_norm")
+        if not _learning(cur):  # units off once the loss is ~0: a sparse solution, not a failure to learn
+            return None
+        low = 1.0
         if norms is not None and len(weighted) >= 2:
             vals = norms[weighted]
             low = vals.min()

@@ -16,6 +16,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.backends.backend_pdf import PdfPages  # noqa: E402
 
 from ..analysis.data import RunData  # noqa: E402
+from ..analysis.summary import headline  # noqa: E402
 from ..store import RunStore  # noqa: E402
 from . import pictures  # noqa: E402
 
@@ -63,28 +64,6 @@ def figures(data: RunData, diagnosis: dict[str, Any]) -> list[Figure]:
     return out
 
 
-def _summary_lines(d: dict[str, Any]) -> list[str]:
-    run = d.get("run", {})
-    lines = [f"Run: {run.get('script') or '?'} - {run.get('steps')} steps, model {run.get('model')}, optimizer {run.get('optimizer')}",
-             f"Model health: {d['health']}/100"]
-    a = d.get("anomaly")
-    if a:
-        m = a.get("metrics", {})
-        lines.append(f"Anomaly: {a['trigger']} at step {a['step']}" + (f" - {m.get('message')}" if m.get("message") else ""))
-    else:
-        lines.append("Anomaly: none caught")
-    rc = d.get("root_cause")
-    if rc:
-        lines.append(f"Root cause: {rc['module'] or '(model)'} - {rc['kind']} (confidence {rc['confidence']:.2f})")
-        if d.get("evidence"):
-            lines.append(f"  evidence: {d['evidence']}")
-        if len(rc["path"]) > 1:
-            lines.append("  path: " + " -> ".join(p or "(model)" for p in rc["path"]))
-    else:
-        lines.append("Root cause: none (no error-level finding)")
-    return lines
-
-
 def html_report(data: RunData, d: dict[str, Any]) -> str:
     e = html.escape
     figs = figures(data, d)
@@ -98,7 +77,7 @@ def html_report(data: RunData, d: dict[str, Any]) -> str:
         "td,th{border-bottom:1px solid #eee;padding:3px 6px;text-align:left;vertical-align:top;font-size:13px}"
         ".bad{color:#b00}.warn{color:#a60}.ok{color:#070}img{max-width:100%}</style></head><body>",
         "<h1>gradsight report</h1>",
-        "<ul>" + "".join(f"<li>{e(line)}</li>" for line in _summary_lines(d)) + "</ul>",
+        "<ul>" + "".join(f"<li>{e(line)}</li>" for line in headline(d)) + "</ul>",
     ]
     if d.get("fixes"):
         parts.append("<h2>Fixes</h2>")
@@ -135,7 +114,7 @@ def pdf_report(data: RunData, d: dict[str, Any], path: str) -> None:
         y = 0.95
         page.text(0.06, y, "gradsight report", fontsize=18, weight="bold")
         y -= 0.04
-        for line in _summary_lines(d):
+        for line in headline(d):
             for part in textwrap.wrap(line, 95) or [""]:
                 page.text(0.06, y, part, fontsize=9.5, family="monospace")
                 y -= 0.022
