@@ -124,6 +124,8 @@ def test_store_survives_sigkill(tmp_path: Path) -> None:
         _, norms = run.metric("grad_norm")
         assert len(norms) == len(steps)
         assert run.run()["status"] == "running"  # it never got to say otherwise
+    proc = run_gradsight("diagnose", str(store))
+    assert proc.returncode == 0 and "still being written (or its process died" in proc.stdout
 
 
 def test_not_a_store_and_wrong_version(tmp_path: Path) -> None:

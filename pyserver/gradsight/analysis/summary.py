@@ -8,8 +8,11 @@ from typing import Any
 def headline(d: dict[str, Any]) -> list[str]:
     """Health, anomaly and root cause: the lines every view of a diagnosis starts with."""
     run = d.get("run", {})
-    lines = [f"gradsight diagnosis of {run.get('path')} ({run.get('steps')} steps, {run.get('model')}, {run.get('optimizer')})",
-             f"model health: {d['health']}/100"]
+    lines = [f"gradsight diagnosis of {run.get('path')} ({run.get('steps')} steps, {run.get('model')}, {run.get('optimizer')})"]
+    if run.get("status") == "running":
+        lines.append("note: the run is still being written (or its process died without closing it): this diagnosis covers "
+                     "the steps committed so far")
+    lines.append(f"model health: {d['health']}/100")
     a = d.get("anomaly")
     if a:
         m = a.get("metrics", {})
