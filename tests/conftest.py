@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -19,6 +20,16 @@ def gradsight_cmd(*args: str) -> list[str]:
 def run_gradsight(*args: str, cwd: str | Path | None = None, timeout: float = 300, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     full_env = {**os.environ, "PYTHONPATH": str(ROOT / "pyserver"), **(env or {})}
     return subprocess.run(gradsight_cmd(*args), cwd=cwd, capture_output=True, text=True, timeout=timeout, env=full_env)
+
+
+def old_schema_store(path: Path) -> Path:
+    """A file that claims to be a store of an older schema."""
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT)")
+    con.execute("INSERT INTO meta VALUES ('schema', 'gradsight.store/0')")
+    con.commit()
+    con.close()
+    return path
 
 
 @pytest.fixture

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-import sqlite3
 from pathlib import Path
 
 import pytest
@@ -12,7 +11,7 @@ import pytest
 from gradsight.analysis.diagnose import SCHEMA
 from gradsight.fixes import library, module_ref, script_names
 
-from .conftest import FAULTS, run_gradsight
+from .conftest import FAULTS, old_schema_store, run_gradsight
 
 KINDS = {"exploding_gradient", "vanishing_gradient", "dead_units", "nan_inf", "activation_out_of_range", "saturation", "loss_spike",
          "loss_not_decreasing", "oscillating_loss", "update_ratio_too_high", "update_ratio_too_low", "not_updated", "frozen",
@@ -71,12 +70,7 @@ def test_bad_stores_get_clear_messages(tmp_path: Path) -> None:
     assert proc.returncode == 2 and "not a gradsight run store" in proc.stderr
     proc = run_gradsight("diagnose", str(tmp_path / "missing.db"))
     assert proc.returncode == 2 and "no such file" in proc.stderr
-    old = tmp_path / "old.db"
-    con = sqlite3.connect(old)
-    con.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT)")
-    con.execute("INSERT INTO meta VALUES ('schema', 'gradsight.store/0')")
-    con.commit()
-    con.close()
+    old = old_schema_store(tmp_path / "old.db")
     proc = run_gradsight("diagnose", str(old))
     assert proc.returncode == 2 and "store schema 'gradsight.store/0'" in proc.stderr
     from gradsight.store import StoreWriter

@@ -15,7 +15,7 @@ import pytest
 
 from gradsight.store import RunStore, StoreError
 
-from .conftest import FAULTS, ROOT, SCRIPTS, gradsight_cmd, run_gradsight
+from .conftest import FAULTS, ROOT, SCRIPTS, gradsight_cmd, old_schema_store, run_gradsight
 
 
 def test_argv_exit_status_and_main(tmp_path: Path) -> None:
@@ -140,12 +140,7 @@ def test_not_a_store_and_wrong_version(tmp_path: Path) -> None:
     con.close()
     with pytest.raises(StoreError, match="not a gradsight run store"):
         RunStore(other)
-    old = tmp_path / "old.db"
-    con = sqlite3.connect(old)
-    con.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT)")
-    con.execute("INSERT INTO meta VALUES ('schema', 'gradsight.store/0')")
-    con.commit()
-    con.close()
+    old = old_schema_store(tmp_path / "old.db")
     with pytest.raises(StoreError, match=r"store schema 'gradsight.store/0', but this gradsight reads 'gradsight.store/1'"):
         RunStore(old)
     with pytest.raises(StoreError, match="no such file"):
