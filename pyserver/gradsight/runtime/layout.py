@@ -42,6 +42,8 @@ class Layout:
         self.member32 = self.member.astype(np.float32)
         self.module_has_params = self.member.sum(axis=1)
         self.no_params = self.module_has_params == 0
+        self.owns_params = np.zeros(len(self.modules), dtype=bool)
+        self.owns_params[self.param_module] = True
         self.sparse = any(isinstance(m, (nn.Embedding, nn.EmbeddingBag)) and m.sparse for m in self.modules)
 
     @classmethod
@@ -87,9 +89,7 @@ class Layout:
         return [int(j) for j in np.nonzero(self.param_module == module_id)[0]]
 
     def has_own_params(self) -> np.ndarray:
-        out = np.zeros(self.n_modules, dtype=bool)
-        out[self.param_module] = True
-        return out
+        return self.owns_params.copy()
 
 
 def first_tensor(value: object) -> torch.Tensor | None:

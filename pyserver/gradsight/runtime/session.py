@@ -431,7 +431,8 @@ class Session:
         if loss is not None and math.isfinite(loss) and len(self._loss_start) < LOSS_SCALE_STEPS:
             self._loss_start.append(abs(loss))
             self._loss_scale = float(np.median(self._loss_start))
-        scalars: dict[str, float] = {"step": float(step), "loss": _nan(loss), "lr": _nan(self._lr()), "loss_scale": self._loss_scale,
+        lr = self._lr()
+        scalars: dict[str, float] = {"step": float(step), "loss": _nan(loss), "lr": _nan(lr), "loss_scale": self._loss_scale,
                                      "grad_norm": _nan(gnorm), "grad_max": _nan(gmax),
                                      "loss_nonfinite": float(loss is not None and not math.isfinite(loss)),
                                      "grad_nonfinite": float(gnorm is not None and not math.isfinite(gnorm)),
@@ -472,7 +473,7 @@ class Session:
             self.anomalies.append((step, f.trigger))
             self.writer.put_event(step, EVENT_TRIGGER, f.trigger, module=f.module, condition=f.condition, value=f.value,
                                   message=f.message, data={"capture_until": self._capture_until})
-        self._write_step(step, loss, sampled=sampled, grad_norm=gnorm, grad_max=gmax, zeroed=self._zeroed_flag(host), capture=capture)
+        self._write_step(step, loss, sampled=sampled, grad_norm=gnorm, grad_max=gmax, zeroed=self._zeroed_flag(host), capture=capture, lr=lr)
         for kind in ("grad_norm", "grad_max", "grad_mean", "grad_zero_frac", "weight_norm", "nan_count", *act.FIELDS):
             if kind in mods:
                 self.writer.put_metric(step, kind, mods[kind])
@@ -677,10 +678,12 @@ class Session:
         return float(lr) if lr is not None else None
 
     def _write_step(self, step: int, loss: float | None, *, sampled: bool, grad_norm: float | None, grad_max: float | None,
-                    zeroed: int | None, capture: bool = False) -> None:
+                    zeroed: int | None, capture: bool = False, lr: float | None = None) -> None:
         now = time.perf_counter()
+        if lr is None:
+            lr = self._lr()
         finite = None if loss is None else int(math.isfinite(loss))
-        self.writer.execute(_STEP_SQL, (step, time.time(), now - self._last_time, loss, self._lr(), grad_norm, grad_max, int(sampled),
+        self.writer.execute(_STEP_SQL, (step, time.time(), now - self._last_time, loss, lr, grad_norm, grad_max, int(sampled),
                                         self._n_backward, zeroed, int(capture), finite))
         self._last_time = now
 
@@ -780,7 +783,7 @@ def _global_from_modules(scalars: dict[str, float], mods: dict[str, np.ndarray],
             if arr is not None and np.isfinite(arr).any():
                 scalars[kind] = float(fn(arr))
         if "nan_count" in mods:
-            own = layout.has_own_params()
+            own = layout.owns_params  # each parameter counted once, at its owner
             scalars["nan_count"] = float(np.nansum(np.where(own, mods["nan_count"], 0.0)))
         else:
             scalars["nan_count"] = 0.0 if math.isfinite(scalars.get("grad_norm", 0.0)) else 1.0
