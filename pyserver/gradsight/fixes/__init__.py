@@ -159,15 +159,21 @@ def _indent_of(source_lines: list[str], line: int) -> str:
     return ""
 
 
-def suggest(cause: RootCause | None, findings: list[Finding], data: RunData, script: str | None, limit: int = 5) -> list[dict[str, Any]]:
-    """Fixes for the root cause first (best first), then for the other errors; filled with the script's names."""
+def suggest(cause: RootCause | None, findings: list[Finding], data: RunData, script: str | None, limit: int = 5,
+            source: str | None = None, module_lines: dict[str, tuple[str, int]] | None = None) -> list[dict[str, Any]]:
+    """Fixes for the root cause first (best first), then for the other errors; filled with the script's names.
+
+    ``source`` is the script's current text (an editor's buffer) when it differs from the file;
+    ``module_lines`` the modules' current source lines when the editor has moved them."""
     types = {m.name: m.type for m in data.modules}
-    sources = {m.name: (m.file, m.line) for m in data.modules}
+    sources: dict[str, tuple[str | None, int | None]] = {m.name: (m.file, m.line) for m in data.modules}
+    sources.update(module_lines or {})
     wanted: list[tuple[str, str, str]] = []
     if cause is not None:
         wanted.append((cause.kind, cause.module, cause.evidence))
     wanted += [(f.kind, f.module, f.evidence) for f in sorted(findings, key=lambda f: -f.strength) if f.severity == "error"]
-    source = Path(script).read_text(errors="replace") if script else ""
+    if source is None:
+        source = Path(script).read_text(errors="replace") if script else ""
     names = script_names(source) if source else ScriptNames(lines={})
     src_lines = source.splitlines()
     lr = _lr(data)

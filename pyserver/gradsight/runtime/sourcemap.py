@@ -13,12 +13,13 @@ from __future__ import annotations
 import ast
 import inspect
 import linecache
-import re
 import textwrap
 from dataclasses import dataclass
 from functools import lru_cache
 
 from torch import nn
+
+from ..pysource import ClassAssigns, class_assigns, sequential_arg_line
 
 _CONTAINERS = (nn.Sequential, nn.ModuleList, nn.ModuleDict)
 
@@ -34,9 +35,7 @@ class SourceLoc:
 @dataclass(frozen=True)
 class _ClassSource:
     file: str
-    class_line: int
-    assigns: dict[str, int]  # attribute -> line of the statement creating it
-    patterns: tuple[tuple[re.Pattern[str], int], ...]  # f-string names -> line
+    found: ClassAssigns
 
 
 def _qualname(cls: type) -> str:
@@ -64,42 +63,10 @@ def _read_class_source(cls: type) -> _ClassSource | None:
         tree = ast.parse(textwrap.dedent("".join(lines)))
     except SyntaxError:
         return None
-    offset = start - 1
-    assigns: dict[str, int] = {}
-    patterns: list[tuple[re.Pattern[str], int]] = []
-
-    def note(name: str, line: int) -> None:
-        assigns.setdefault(name, line + offset)
-
-    for node in ast.walk(tree):
-        if not isinstance(node, (ast.stmt, ast.expr)):
-            continue
-        targets: list[ast.expr] = []
-        if isinstance(node, ast.Assign):
-            targets = list(node.targets)
-        elif isinstance(node, (ast.AnnAssign, ast.AugAssign)):
-            targets = [node.target]
-        for t in targets:
-            for el in t.elts if isinstance(t, ast.Tuple) else [t]:
-                if isinstance(el, ast.Attribute) and isinstance(el.value, ast.Name) and el.value.id == "self":
-                    note(el.attr, node.lineno)
-        if isinstance(node, ast.Call):
-            fname = node.func.attr if isinstance(node.func, ast.Attribute) else node.func.id if isinstance(node.func, ast.Name) else ""
-            args = node.args
-            if fname in ("add_module", "register_module") and args:
-                key = args[0]
-            elif fname == "setattr" and len(args) >= 2:
-                key = args[1]
-            else:
-                continue
-            if isinstance(key, ast.Constant) and isinstance(key.value, str):
-                note(key.value, node.lineno)
-            elif isinstance(key, ast.JoinedStr):
-                regex = "".join(re.escape(str(v.value)) if isinstance(v, ast.Constant) else ".+" for v in key.values)
-                patterns.append((re.compile(f"^{regex}$"), node.lineno + offset))
     cls_node = next((n for n in tree.body if isinstance(n, ast.ClassDef)), None)
-    class_line = cls_node.lineno + offset if cls_node is not None else start
-    return _ClassSource(file, class_line, assigns, tuple(patterns))
+    if cls_node is None:
+        return None
+    return _ClassSource(file, class_assigns(cls_node, start - 1))
 
 
 def _find_in_class(cls: type, attr: str) -> SourceLoc | None:
@@ -109,9 +76,7 @@ def _find_in_class(cls: type, attr: str) -> SourceLoc | None:
         src = _class_source(klass)
         if src is None:
             continue
-        line = src.assigns.get(attr)
-        if line is None:
-            line = next((ln for pat, ln in src.patterns if pat.match(attr)), None)
+        line = src.found.line_of(attr)
         if line is not None:
             return SourceLoc(src.file, line, _qualname(klass), attr)
     return None
@@ -124,14 +89,7 @@ def _sequential_arg_line(file: str, line: int, index: int) -> int | None:
         tree = _parse_file(file, len(text))
     except SyntaxError:
         return None
-    for node in ast.walk(tree):
-        if (isinstance(node, ast.Call) and node.lineno <= line <= (node.end_lineno or node.lineno)
-                and (getattr(node.func, "attr", None) == "Sequential" or getattr(node.func, "id", None) == "Sequential")):
-            if any(isinstance(a, ast.Starred) for a in node.args[: index + 1]):
-                return None
-            if index < len(node.args):
-                return node.args[index].lineno
-    return None
+    return sequential_arg_line(tree, line, index)
 
 
 @lru_cache(maxsize=64)
@@ -156,7 +114,7 @@ def map_modules(root: nn.Module) -> dict[str, SourceLoc]:
 def _locate(name: str, mod: nn.Module, by_name: dict[str, nn.Module], done: dict[str, SourceLoc]) -> SourceLoc | None:
     if not name:
         src = _class_source(type(mod))
-        return SourceLoc(src.file, src.class_line, None, None) if src else None
+        return SourceLoc(src.file, src.found.line, None, None) if src else None
     parent_name, _, attr = name.rpartition(".")
     parent = by_name.get(parent_name)
     if parent is None:
