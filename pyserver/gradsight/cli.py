@@ -176,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
         return cmd_trace(argv[1:])
     parser = argparse.ArgumentParser(prog="gradsight", description="Debug PyTorch training: catch, trace and explain anomalies.")
     parser.add_argument("--version", action="version", version=f"gradsight {__import__('gradsight').__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="{demo,trace,diagnose}")
+    sub = parser.add_subparsers(dest="command", metavar="{demo,trace,diagnose,serve}")
     demo = sub.add_parser("demo", help="train a small transformer with a real fault, catch and explain it")
     demo.add_argument("--out", default="gradsight-demo", help="folder for snapshot.db and the reports (default: ./gradsight-demo)")
     sub.add_parser("trace", help="run an unchanged training script instrumented (see `gradsight trace --help`)")
@@ -184,7 +184,17 @@ def main(argv: list[str] | None = None) -> int:
     diag.add_argument("store", help="a run store written by gradsight trace / watch")
     diag.add_argument("--json", action="store_true", help="print the gradsight.diagnosis/1 JSON object")
     diag.add_argument("--report", metavar="FILE", help="also write an HTML (.html) or PDF (.pdf) report")
+    serve = sub.add_parser("serve", help="the language server (LSP over stdio) for editors")
+    serve.add_argument("--stdio", action="store_true", help="talk LSP over stdin/stdout (the only transport; accepted for editors that pass it)")
+    serve.add_argument("--store", help="follow this run store (default: the newest in the runs folder)")
+    serve.add_argument("--runs-folder", help="where runs are found, relative to the workspace (default: .gradsight/runs)")
+    serve.add_argument("--log", metavar="FILE", help="write the server's log to FILE")
     args = parser.parse_args(argv)
+    if args.command == "serve":
+        from .server import serve as run_server
+
+        run_server(args.store, args.runs_folder, args.log)
+        return 0
     if args.command == "demo":
         return cmd_demo(args)
     if args.command == "diagnose":

@@ -44,12 +44,12 @@ def analyse_run(data: RunData, t: th.Thresholds) -> tuple[list[Finding], RootCau
 
 def diagnose(path: str | os.PathLike[str], thresholds: th.Thresholds | None = None, script: str | None = None) -> dict[str, Any]:
     data = load(os.fspath(path))
-    t = thresholds or _thresholds_for(data)
+    t = thresholds or thresholds_for(data)
     findings, cause = analyse_run(data, t)
     return build(data, findings, cause, script)
 
 
-def _thresholds_for(data: RunData) -> th.Thresholds:
+def thresholds_for(data: RunData) -> th.Thresholds:
     where = data.run.get("cwd") or os.getcwd()
     try:
         return th.load(where if os.path.isdir(where) else os.getcwd())

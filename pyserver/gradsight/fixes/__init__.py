@@ -185,7 +185,9 @@ def suggest(cause: RootCause | None, findings: list[Finding], data: RunData, scr
             if fix.id in seen:
                 continue
             seen.add(fix.id)
-            out.append(render(fix, module, names, src_lines, script, sources.get(module), lr))
+            item = render(fix, module, names, src_lines, script, sources.get(module), lr)
+            item["module"], item["kind"] = module, kind  # what the fix is for
+            out.append(item)
             if len(out) >= limit:
                 return out
     return out

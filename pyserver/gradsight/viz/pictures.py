@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import fnmatch
 import io
 from typing import Any
 
@@ -53,11 +54,23 @@ def _layers_in_order(data: RunData, max_rows: int) -> list[int]:
 
 
 def heatmap(data: RunData, *, anomaly_step: int | None = None, capture: tuple[int, int] | None = None,
-            max_columns: int = 400, max_rows: int = 200, fmt: str = "png") -> bytes:
+            max_columns: int = 400, max_rows: int = 200, fmt: str = "png",
+            steps_between: tuple[int, int] | None = None, modules: str | None = None) -> bytes:
+    """Log gradient norm per layer (rows, forward order) over steps; ``steps_between`` (inclusive) and
+    ``modules`` (a glob, or a part of the name) narrow it down."""
     steps, g = data.metric("grad_norm")
     if not g.size:
         raise PictureError(f"{data.path}: no gradient norms recorded")
-    rows = _layers_in_order(data, max_rows)
+    if steps_between is not None:
+        keep = (steps >= steps_between[0]) & (steps <= steps_between[1])
+        if not keep.any():
+            raise PictureError(f"no gradient norms recorded between steps {steps_between[0]} and {steps_between[1]}")
+        steps, g = steps[keep], g[keep]
+    rows = _layers_in_order(data, max_rows if not modules else 10**9)
+    if modules:
+        rows = [i for i in rows if fnmatch.fnmatchcase(data.names[i], modules) or modules in data.names[i]][:max_rows]
+        if not rows:
+            raise PictureError(f"no layer matches {modules!r}")
     mat = g[:, rows].astype(np.float64).T
     with np.errstate(divide="ignore", invalid="ignore"):
         logm = np.log10(np.where(mat > 0, mat, np.nan))
