@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from ..analysis.rootcause import RootCause
 
 LIBRARY = Path(__file__).with_name("library")
-PLACES = {"before_step", "before_backward", "optimizer", "after_optimizer", "after_model", "layer_init", "loss", "data"}
+PLACES = {"before_step", "before_backward", "optimizer", "after_optimizer", "after_model", "layer_init", "loss", "data", "before_loop"}
 OPTIMIZERS = {"SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "Adadelta", "Adamax", "NAdam", "RAdam", "LBFGS", "SparseAdam", "ASGD", "Rprop", "Adafactor"}
 
 
@@ -134,6 +134,11 @@ def script_names(source: str) -> ScriptNames:
             if first_arg:
                 names.input = first_arg
                 lines.setdefault("data", node.lineno)
+    backward = lines.get("before_backward")
+    if backward is not None:  # the outermost loop around loss.backward(): the training loop
+        loops = [n for n in ast.walk(tree) if isinstance(n, (ast.For, ast.While)) and n.lineno <= backward <= (n.end_lineno or n.lineno)]
+        if loops:
+            lines["before_loop"] = min(n.lineno for n in loops)
     for node in ast.walk(tree):
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and _name(node.targets[0]) == names.loss:
             lines.setdefault("loss", node.lineno)
@@ -218,7 +223,7 @@ def render(fix: Fix, module: str, names: ScriptNames, src_lines: list[str], scri
     elif script and names.lines and fix.where in names.lines:
         where = {"file": script, "line": names.lines[fix.where], "position": "before"}
     if where is not None and where["file"] == script:
-        indent = _indent_of(src_lines, where["line"] if fix.where in ("before_step", "before_backward", "loss", "data") else where["line"] - 1)
+        indent = _indent_of(src_lines, where["line"] if fix.where in ("before_step", "before_backward", "loss", "data", "before_loop") else where["line"] - 1)
         snippet = "\n".join(indent + ln if ln else ln for ln in snippet.splitlines())
     return {
         "id": fix.id,

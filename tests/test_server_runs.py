@@ -1,0 +1,122 @@
+"""The language server with runs as they happen: live notifications, run switching, and fixes validated by tracing again."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+import pytest_lsp
+from lsprotocol import types as lsp
+from pytest_lsp import LanguageClient
+
+from .conftest import FAULTS, ROOT, gradsight_cmd, run_gradsight
+from .lsp_helpers import SERVER, apply_edit, collect, open_doc, start, until, workspace_with_run
+
+SCENARIOS = ROOT / "tests" / "scenarios"
+
+
+@pytest_lsp.fixture(config=SERVER)
+async def live(lsp_client: LanguageClient, tmp_path: Path):
+    """A server on a workspace with one short finished run."""
+    workspace_with_run(tmp_path, FAULTS, "--steps", "20")
+    lsp_client.health = collect(lsp_client, "gradsight/health")  # type: ignore[attr-defined]
+    lsp_client.anomalies = collect(lsp_client, "gradsight/anomaly")  # type: ignore[attr-defined]
+    lsp_client.ws = tmp_path  # type: ignore[attr-defined]
+    await start(lsp_client, tmp_path)
+    yield
+    await lsp_client.shutdown_session()
+
+
+async def test_health_streams_while_a_run_writes_its_store(live: LanguageClient):
+    ws: Path = live.ws  # type: ignore[attr-defined]
+    first = next((ws / ".gradsight" / "runs").glob("*.db"))
+    uri = open_doc(live, ws / "train.py")
+    await until(lambda: any(n.run == str(first) and n.records for n in live.health), what="the finished run's records")  # type: ignore[attr-defined]
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "pyserver")}
+    proc = subprocess.Popen([*gradsight_cmd("trace", "train.py", "--fault", "grad_explode", "--at", "150", "--steps", "300", "--sleep", "0.02",
+                                            "--output", ".gradsight/runs/second.db")],
+                            cwd=ws, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        second = str(ws / ".gradsight" / "runs" / "second.db")
+
+        def live_steps() -> list[int]:
+            return [n.step for n in live.health if n.run == second and n.step is not None and n.state.status == "running"]  # type: ignore[attr-defined]
+
+        # the server switched to the new run and streams its steps while the process still writes
+        await until(lambda: len(set(live_steps())) >= 3 and proc.poll() is None, timeout=60, what="three live steps of the new run")
+        steps = live_steps()
+        assert steps == sorted(steps)
+        live_record = next(n for n in live.health if n.run == second and n.records)  # type: ignore[attr-defined]
+        assert {r.uri for r in live_record.records} == {uri}
+        assert {"fc1", "act", "fc2", "act2", "out"} <= {r.module for r in live_record.records}
+        # the injected explosion reaches the editor as an anomaly, with the layer's line
+        anomaly = await until(lambda: next((a for a in live.anomalies if a.run == second and a.trigger == "grad_explode"), None),  # type: ignore[attr-defined]
+                              timeout=60, what="the grad_explode anomaly")
+        assert anomaly.step == 150
+    finally:
+        proc.wait(timeout=120)
+    assert proc.returncode == 0, proc.stderr.read() if proc.stderr else ""
+    final = await until(lambda: next((n for n in live.health if n.run == second and n.state.status == "finished"), None),  # type: ignore[attr-defined]
+                        what="the finished state")
+    assert final.step == 299
+
+
+# (scenario, the fix expected first on the root cause's line)
+FIXES = [("missing_zero_grad", "zero-grad"), ("eval_batchnorm", "model-train"), ("unnormalized_input", "normalize-input")]
+
+
+@pytest_lsp.fixture(config=SERVER, params=FIXES, ids=[f[0] for f in FIXES])
+async def faulty(lsp_client: LanguageClient, tmp_path: Path, request: pytest.FixtureRequest):
+    scenario, fix = request.param
+    workspace_with_run(tmp_path, SCENARIOS / f"{scenario}.py", extra=(SCENARIOS / "_common.py",))
+    lsp_client.case = (tmp_path, scenario, fix)  # type: ignore[attr-defined]
+    lsp_client.health = collect(lsp_client, "gradsight/health")  # type: ignore[attr-defined]
+    await start(lsp_client, tmp_path)
+    yield
+    await lsp_client.shutdown_session()
+
+
+@pytest.mark.slow
+async def test_fix_from_code_action_removes_the_fault(faulty: LanguageClient):
+    ws, scenario, fix_id = faulty.case  # type: ignore[attr-defined]
+    script = ws / "train.py"
+    expected = _expected(script)
+    text = script.read_text()
+    uri = open_doc(faulty, script, text)
+    diags = await until(lambda: [d for d in faulty.diagnostics.get(uri, []) if "root cause" in d.message], what="the root-cause diagnostic")
+    cause = diags[0]
+    assert cause.code == expected["kind"] and cause.data["module"] == expected["module"]
+    actions = await faulty.text_document_code_action_async(lsp.CodeActionParams(
+        text_document=lsp.TextDocumentIdentifier(uri=uri), range=cause.range, context=lsp.CodeActionContext(diagnostics=[cause])))
+    assert actions and all(a.title.startswith("Insert fix: ") for a in actions)
+    preferred = next(a for a in actions if a.is_preferred)
+    assert preferred.data["fix"] == fix_id
+    fixed = apply_edit(text, preferred.edit, uri)
+    assert f"# gradsight fix '{fix_id}'" in fixed and "validate:" in fixed
+    script.write_text(fixed)
+    faulty.text_document_did_change(lsp.DidChangeTextDocumentParams(
+        text_document=lsp.VersionedTextDocumentIdentifier(uri=uri, version=2),
+        content_changes=[lsp.TextDocumentContentChangeWholeDocument(text=fixed)]))
+    # the validation, for real: trace the fixed script again
+    r = run_gradsight("trace", "train.py", "--output", ".gradsight/runs/fixed.db", cwd=ws)
+    assert r.returncode == 0, r.stderr
+    d = json.loads(run_gradsight("diagnose", ".gradsight/runs/fixed.db", "--json", cwd=ws).stdout)
+    rc = d["root_cause"]
+    assert rc is None or (rc["module"], rc["kind"]) != (expected["module"], expected["kind"]), rc
+    # and the editor follows: the new run has no such root cause on this file
+    fixed_db = str(ws / ".gradsight" / "runs" / "fixed.db")
+    await until(lambda: any(n.run == fixed_db for n in faulty.health), what="the server to follow the fixed run")  # type: ignore[attr-defined]
+    await until(lambda: not [d for d in faulty.diagnostics.get(uri, []) if "root cause" in d.message and d.code == expected["kind"]],
+                what="the root-cause diagnostic to go")
+
+
+def _expected(script: Path) -> dict[str, str]:
+    for line in script.read_text().splitlines():
+        if line.startswith("EXPECTED = "):
+            return json.loads(line.split("=", 1)[1].strip().replace("'", '"'))
+    raise AssertionError("scenario without EXPECTED")
+
+
