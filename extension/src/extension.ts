@@ -1,18 +1,90 @@
-// gradsight's VS Code extension: a thin client over the Python language server.
-// Scaffold: the language client, decorations, tensor breakpoints and webviews
-// come with the extension issue; this wires the output channel and settings.
+// gradsight's VS Code extension: a thin client. All analysis lives in the Python language server.
+import * as path from 'path';
 import * as vscode from 'vscode';
+import { TensorBreakpoints } from './breakpoints';
+import { Decorations } from './decorations';
+import { registerDebug } from './debug';
+import { HeatmapPanel, VIEW_TYPE } from './panel';
+import { HealthNotification } from './pure/health';
+import { Server } from './server';
+import { needsRestart } from './settings';
+import { Status } from './status';
 
-let output: vscode.OutputChannel | undefined;
+interface Anomaly { run: string; step: number | null; kind: string; trigger: string; module: string | null; message: string; uri: string | null; line: number | null }
+interface RunEntry { path: string; name: string; status: string | null; steps: number | null; script: string | null }
 
-export function activate(context: vscode.ExtensionContext): void {
-    output = vscode.window.createOutputChannel('gradsight');
+let server: Server | undefined;
+
+export async function activate(context: vscode.ExtensionContext): Promise<{ server: Server }> {
+    const output = vscode.window.createOutputChannel('gradsight');
+    server = new Server(output);
+    const srv = server;
+    const decorations = new Decorations(context.asAbsolutePath(path.join('extension', 'media')));
+    const status = new Status();
+    const breakpoints = new TensorBreakpoints(srv, output);
+    context.subscriptions.push(output, srv, decorations, status, breakpoints);
+
+    srv.onClient((client) => {
+        client.onNotification('gradsight/health', (n: HealthNotification) => {
+            decorations.update(n);
+            status.show(n.state ?? { run: n.run });
+        });
+        client.onNotification('gradsight/anomaly', (a: Anomaly) => void announce(context, srv, a));
+    });
+
     context.subscriptions.push(
-        output,
-        vscode.commands.registerCommand('gradsight.showOutput', () => output?.show()),
+        vscode.commands.registerCommand('gradsight.addTensorBreakpoint', (arg?: { lineNumber?: number; uri?: vscode.Uri }) => breakpoints.add(arg)),
+        vscode.commands.registerCommand('gradsight.showHeatmap', (arg?: { run?: string; module?: string }) =>
+            HeatmapPanel.show(context, srv, { run: arg?.run, modules: arg?.module })),
+        vscode.commands.registerCommand('gradsight.openRun', () => openRun(srv)),
+        vscode.commands.registerCommand('gradsight.restartServer', () => srv.restart()),
+        vscode.commands.registerCommand('gradsight.showOutput', () => output.show()),
+        vscode.window.registerWebviewPanelSerializer(VIEW_TYPE, HeatmapPanel.serializer(context, srv)),
+        vscode.workspace.onDidChangeConfiguration((e) => {
+            if (needsRestart(e)) {
+                void srv.restart();
+            } else if (e.affectsConfiguration('gradsight')) {
+                void srv.configure();
+                decorations.render();
+            }
+        }),
     );
+    registerDebug(context, breakpoints, output);
+    void srv.ready();
+    return { server: srv };
 }
 
-export function deactivate(): void {
-    output = undefined;
+async function announce(context: vscode.ExtensionContext, srv: Server, a: Anomaly): Promise<void> {
+    const where = a.module ? ` in ${a.module}` : '';
+    const pick = await vscode.window.showWarningMessage(`gradsight: ${a.trigger} at step ${a.step}${where}: ${a.message}`,
+        'Show Heatmap', ...(a.uri && a.line !== null ? ['Go to Layer'] : []));
+    if (pick === 'Show Heatmap') {
+        HeatmapPanel.show(context, srv, { run: a.run });
+    } else if (pick === 'Go to Layer' && a.uri && a.line !== null) {
+        const pos = new vscode.Position(a.line, 0);
+        await vscode.window.showTextDocument(vscode.Uri.parse(a.uri), { selection: new vscode.Range(pos, pos) });
+    }
+}
+
+async function openRun(srv: Server): Promise<void> {
+    const listing = await srv.command<{ folder: string; current: string | null; runs: RunEntry[] }>('gradsight.listRuns');
+    if (!listing) {
+        return;
+    }
+    if (!listing.runs.length) {
+        void vscode.window.showInformationMessage(`gradsight: no runs in ${listing.folder} yet. Trace a script: F5 with a gradsight configuration, or gradsight trace train.py.`);
+        return;
+    }
+    const pick = await vscode.window.showQuickPick(listing.runs.map((r) => ({
+        label: r.name, description: `${r.status ?? ''} · ${r.steps ?? 0} steps${r.path === listing.current ? ' · shown' : ''}`,
+        detail: r.script ?? undefined, path: r.path,
+    })), { title: 'gradsight: open a run' });
+    if (pick) {
+        await srv.command('gradsight.openRun', { path: pick.path });
+    }
+}
+
+export async function deactivate(): Promise<void> {
+    await server?.stop();
+    server = undefined;
 }

@@ -29,6 +29,15 @@ def check(condition: str) -> bool:
     return _check(condition, depth=2)
 
 
+def layer_watch(condition: str, scope: str | None = None) -> bool:
+    """The condition of a breakpoint on a layer's line (set by the editor): never stops there.
+
+    The watch itself reaches the runtime as ``--break`` at launch, or through the
+    run store's watches table while the run goes on; this marker keeps it visible
+    (and editable) as a breakpoint on the line that creates the layer."""
+    return False
+
+
 def log(loss: Any = None) -> None:
     """Tell the active session this step's loss (overrides the one found at ``backward``)."""
     from .runtime.api import log as _log
@@ -36,4 +45,4 @@ def log(loss: Any = None) -> None:
     _log(loss)
 
 
-__all__ = ["__version__", "check", "log", "watch"]
+__all__ = ["__version__", "check", "layer_watch", "log", "watch"]

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import glob
 import logging
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,7 @@ class Options:
     store: str | None = None  # a chosen store: followed, never switched away from
     poll: float = 0.2  # seconds between looks at the store
     inlay_hints: bool = True
+    thresholds: dict[str, Any] = field(default_factory=dict)  # overrides of the project's thresholds
 
     def update(self, raw: Any) -> None:
         if not isinstance(raw, dict):
@@ -47,6 +49,8 @@ class Options:
             self.poll = float(raw["pollInterval"])
         if isinstance(raw.get("inlayHints"), bool):
             self.inlay_hints = raw["inlayHints"]
+        if isinstance(raw.get("thresholds"), dict):
+            self.thresholds = dict(raw["thresholds"])
 
 
 class GradsightServer(LanguageServer):
@@ -232,7 +236,7 @@ class GradsightServer(LanguageServer):
                     sig = await loop.run_in_executor(None, signature, target)
                     current = self.view.path if self.view is not None else None
                     if target != current or sig != self.sig:
-                        view = await loop.run_in_executor(None, build_view, target)
+                        view = await loop.run_in_executor(None, functools.partial(build_view, target, overrides=self.options.thresholds))
                         self.view, self.sig = view, sig
                         self.publish()
                         self.announce_anomalies()
@@ -412,7 +416,7 @@ async def open_run(ls: GradsightServer, *args: Any) -> dict[str, Any]:
     if not isinstance(path, str) or not path:
         raise commands.CommandError("openRun needs {'path': <a run store>}")
     path = os.path.abspath(os.path.join(ls.root(), os.path.expanduser(path)))
-    view = await asyncio.get_running_loop().run_in_executor(None, build_view, path)
+    view = await asyncio.get_running_loop().run_in_executor(None, functools.partial(build_view, path, overrides=ls.options.thresholds))
     if view.data is None and view.error and "no such file" in view.error or (view.error and "not a gradsight" in view.error):
         raise commands.CommandError(view.error)
     ls.chosen, ls.view, ls.sig = path, view, signature(path)
@@ -463,7 +467,8 @@ async def render_picture(ls: GradsightServer, *args: Any) -> dict[str, Any]:
     a = _arg(args)
     view = ls.view
     if a.get("run") and (view is None or os.path.abspath(a["run"]) != view.path):
-        view = await asyncio.get_running_loop().run_in_executor(None, build_view, os.path.abspath(a["run"]))
+        view = await asyncio.get_running_loop().run_in_executor(
+            None, functools.partial(build_view, os.path.abspath(a["run"]), overrides=ls.options.thresholds))
     if view is None:
         raise commands.CommandError(f"no run to draw: none open and none in {ls.runs_folder()}")
     return await asyncio.get_running_loop().run_in_executor(None, commands.picture, view, a)

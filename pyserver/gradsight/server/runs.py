@@ -113,8 +113,10 @@ class RunView:
                 "health": d.get("health"), "rootCause": d.get("root_cause"), "error": self.error}
 
 
-def build_view(path: str, thresholds: th.Thresholds | None = None) -> RunView:
-    """Read and analyse a store; a store that cannot be read yet gives a view with ``error`` set."""
+def build_view(path: str, thresholds: th.Thresholds | None = None, overrides: dict[str, Any] | None = None) -> RunView:
+    """Read and analyse a store; a store that cannot be read yet gives a view with ``error`` set.
+
+    ``overrides`` (the editor's gradsight.thresholds setting) apply over the project's thresholds."""
     try:
         data = load(path)
     except StoreError as exc:
@@ -122,6 +124,11 @@ def build_view(path: str, thresholds: th.Thresholds | None = None) -> RunView:
     except sqlite3.Error as exc:
         return RunView(path, None, None, error=f"{path}: {exc}", built=time.time())
     t = thresholds or thresholds_for(data)
+    if overrides:
+        try:
+            t = th.from_mapping(overrides, "the gradsight.thresholds setting", base=t)
+        except th.ThresholdError as exc:
+            return RunView(path, None, None, error=str(exc), built=time.time())
     findings, cause = analyse_run(data, t)
     diagnosis = build(data, findings, cause)
     view = RunView(path, data, diagnosis, findings, cause, built=time.time())
