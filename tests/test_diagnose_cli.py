@@ -96,5 +96,5 @@ def test_fix_generator_uses_the_scripts_names() -> None:
     names = script_names(source)
     assert (names.model, names.optimizer, names.loss, names.input, names.target) == ("net", "opt", "err", "xb", "yb")
     assert names.lines == {"after_optimizer": 4, "optimizer": 4, "after_model": 3, "before_backward": 8, "before_step": 9,
-                           "data": 6, "loss": 7}
+                           "data": 6, "loss": 7, "before_loop": 4}
     assert module_ref("net", "blocks.0.attn.query") == "net.blocks[0].attn.query"

@@ -14,6 +14,7 @@ interface Anomaly { run: string; step: number | null; kind: string; trigger: str
 interface RunEntry { path: string; name: string; status: string | null; steps: number | null; script: string | null }
 
 let server: Server | undefined;
+const announced = new Set<string>();
 
 export async function activate(context: vscode.ExtensionContext): Promise<{ server: Server }> {
     const output = vscode.window.createOutputChannel('gradsight');
@@ -29,14 +30,21 @@ export async function activate(context: vscode.ExtensionContext): Promise<{ serv
             decorations.update(n);
             status.show(n.state ?? { run: n.run });
         });
-        client.onNotification('gradsight/anomaly', (a: Anomaly) => void announce(context, srv, a));
+        client.onNotification('gradsight/anomaly', (a: Anomaly) => {
+            output.appendLine(`anomaly: ${a.trigger} at step ${a.step}${a.module ? ` in ${a.module}` : ''}: ${a.message}`);
+            // one toast per run, for what a trigger caught (a breakpoint that fired has already paused the run)
+            if (a.kind === 'trigger' && !announced.has(a.run)) {
+                announced.add(a.run);
+                void announce(context, srv, a);
+            }
+        });
     });
 
     context.subscriptions.push(
         vscode.commands.registerCommand('gradsight.addTensorBreakpoint', (arg?: { lineNumber?: number; uri?: vscode.Uri }) => breakpoints.add(arg)),
         vscode.commands.registerCommand('gradsight.showHeatmap', (arg?: { run?: string; module?: string }) =>
             HeatmapPanel.show(context, srv, { run: arg?.run, modules: arg?.module })),
-        vscode.commands.registerCommand('gradsight.openRun', () => openRun(srv)),
+        vscode.commands.registerCommand('gradsight.chooseRun', () => openRun(srv)),
         vscode.commands.registerCommand('gradsight.restartServer', () => srv.restart()),
         vscode.commands.registerCommand('gradsight.showOutput', () => output.show()),
         vscode.window.registerWebviewPanelSerializer(VIEW_TYPE, HeatmapPanel.serializer(context, srv)),

@@ -11,6 +11,7 @@ export class Server implements vscode.Disposable {
     client: LanguageClient | undefined;
     private starting: Promise<LanguageClient | undefined> | undefined;
     private listeners: Listener[] = [];
+    private failed = false; // until a restart: no new attempt on every request
 
     constructor(private readonly output: vscode.OutputChannel) {}
 
@@ -23,12 +24,16 @@ export class Server implements vscode.Disposable {
         if (this.client) {
             return this.client;
         }
+        if (this.failed) {
+            return undefined;
+        }
         this.starting ??= this.start().finally(() => { this.starting = undefined; });
         return this.starting;
     }
 
     async restart(): Promise<void> {
         await this.stop();
+        this.failed = false;
         await this.ready();
     }
 
@@ -56,6 +61,7 @@ export class Server implements vscode.Disposable {
                 `gradsight is not installed in ${py.command.join(' ')}. Install it with: ${install}` +
                 ' (or set gradsight.interpreter to a Python that has it).',
                 'Copy Install Command', 'Open Settings');
+            this.failed = true;
             if (pick === 'Copy Install Command') {
                 await vscode.env.clipboard.writeText(install);
             } else if (pick === 'Open Settings') {
@@ -75,7 +81,14 @@ export class Server implements vscode.Disposable {
         for (const l of this.listeners) {
             l(client);
         }
-        await client.start();
+        try {
+            await client.start();
+        } catch (e) {
+            this.output.appendLine(`the gradsight language server did not start: ${e}`);
+            await client.dispose().catch(() => undefined);
+            this.failed = true;
+            return undefined;
+        }
         this.client = client;
         this.output.appendLine('gradsight language server started');
         return client;

@@ -7,7 +7,7 @@ export class Status implements vscode.Disposable {
 
     constructor() {
         this.item.name = 'gradsight run';
-        this.item.command = 'gradsight.openRun';
+        this.item.command = 'gradsight.chooseRun';
         this.show({ run: null });
     }
 

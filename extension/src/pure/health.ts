@@ -89,7 +89,7 @@ export function statusText(s: RunState): string {
         return '$(pulse) gradsight: no run';
     }
     if (s.error) {
-        return '$(warning) gradsight: run unreadable';
+        return /no step yet|recorded no training step/.test(s.error) ? '$(sync~spin) gradsight: waiting for the first step' : '$(warning) gradsight: run unreadable';
     }
     const parts = [`step ${s.step ?? '-'}`];
     if (typeof s.loss === 'number') {

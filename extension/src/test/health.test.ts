@@ -35,6 +35,8 @@ test('status text says step, loss and anomalies', () => {
     assert.equal(statusText({ run: '/r.db', step: 59, loss: 0.4213, anomalies: 2, status: 'finished' }), '$(warning) gradsight step 59 · loss 0.4213 · 2 anomalies');
     assert.equal(statusText({ run: '/r.db', step: 3, loss: null, anomalies: 1, status: 'running' }), '$(sync~spin) gradsight step 3 · 1 anomaly');
     assert.equal(statusText({ run: '/r.db', error: 'bad' }), '$(warning) gradsight: run unreadable');
+    assert.equal(statusText({ run: '/r.db', error: 'r.db: nothing to diagnose: it is still being written and has no step yet' }),
+        '$(sync~spin) gradsight: waiting for the first step');
     assert.equal(formatNumber(8.196e6), '8.20e+6');
     assert.equal(formatNumber(NaN), 'NaN');
 });

@@ -38,13 +38,15 @@ class Fix:
     explanation: str
     template: str
     validation: tuple[str, ...]
-    evidence: str = ""  # a regex: when the finding's evidence matches, this fix comes first
+    evidence: str = ""  # a regex: the fix answers only findings whose evidence matches it (a specific mechanism), and comes first
 
     def rank(self, evidence: str) -> int:
         return self.priority - (100 if self.evidence and re.search(self.evidence, evidence) else 0)
 
-    def applies(self, kind: str, module: str, module_type: str | None) -> bool:
+    def applies(self, kind: str, module: str, module_type: str | None, evidence: str = "") -> bool:
         if kind not in self.kinds:
+            return False
+        if self.evidence and not re.search(self.evidence, evidence):
             return False
         if self.modules and module not in self.modules:
             return False
@@ -185,7 +187,7 @@ def suggest(cause: RootCause | None, findings: list[Finding], data: RunData, scr
     out: list[dict[str, Any]] = []
     seen: set[str] = set()
     for kind, module, evidence in wanted:
-        candidates = sorted((f for f in library() if f.applies(kind, module, types.get(module))), key=lambda f: f.rank(evidence))
+        candidates = sorted((f for f in library() if f.applies(kind, module, types.get(module), evidence)), key=lambda f: f.rank(evidence))
         for fix in candidates:
             if fix.id in seen:
                 continue

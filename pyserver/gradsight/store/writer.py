@@ -69,6 +69,9 @@ class StoreWriter:
         self._watch_version = 0
         self._wake = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="gradsight-store-writer", daemon=True)
+        # debuggers (pydevd/debugpy) neither trace nor pause it: steps keep reaching the store while paused
+        self._thread.pydev_do_not_trace = True  # type: ignore[attr-defined]
+        self._thread.is_pydev_daemon_thread = True  # type: ignore[attr-defined]
         self._thread.start()
 
     # -- producers ---------------------------------------------------------

@@ -1,0 +1,248 @@
+// End-to-end test in a real VS Code (code-server) driven through Debian's Chromium by playwright-core.
+//
+//   node extension/e2e/run.mjs --code-server DIR --node-bin DIR --python PY --vsix FILE [--shots docs/images] [--keep]
+//
+// Installs the packaged .vsix, opens a workspace with a training script, adds a tensor breakpoint
+// `grad_norm > 50` on `optimizer.step()`, presses F5 on a `gradsight` launch configuration and checks
+// the run pauses on that line at step 30 (where the fault makes the gradient explode); then checks the
+// health decorations, the hover, the heatmap panel and a fix applied from the light bulb.
+// Screenshots of each step go to --shots. Exit status 0 only if every step passed.
+import { spawn, spawnSync } from 'node:child_process';
+import { cpSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+
+const args = Object.fromEntries(process.argv.slice(2).reduce((acc, a, i, all) => {
+    if (a.startsWith('--')) { acc.push([a.slice(2), all[i + 1] && !all[i + 1].startsWith('--') ? all[i + 1] : true]); }
+    return acc;
+}, []));
+const ROOT = resolve(new URL('../..', import.meta.url).pathname);
+const CS_DIR = resolve(args['code-server']);
+const NODE_BIN = resolve(args['node-bin']);
+const PYTHON = resolve(args.python);
+const VSIX = resolve(args.vsix);
+const SHOTS = resolve(args.shots ?? join(ROOT, 'docs', 'images'));
+const require = createRequire(join(CS_DIR, 'package.json'));
+const { chromium } = require('playwright-core');
+
+const scratch = mkdtempSync(join(tmpdir(), 'gradsight-e2e-'));
+const env = {
+    ...process.env, HOME: join(scratch, 'home'), TMPDIR: join(scratch, 'tmp'), XDG_CONFIG_HOME: join(scratch, 'config'),
+    XDG_DATA_HOME: join(scratch, 'data'), XDG_CACHE_HOME: join(scratch, 'cache'), PATH: `${NODE_BIN}:${process.env.PATH}`,
+};
+for (const d of ['home', 'tmp', 'config', 'data', 'cache']) { mkdirSync(join(scratch, d), { recursive: true }); }
+const UD = join(scratch, 'user-data');
+const EXTS = join(scratch, 'extensions');
+const WS = join(scratch, 'workspace');
+const timings = [];
+const t0 = Date.now();
+
+function log(msg) { process.stdout.write(`[e2e ${((Date.now() - t0) / 1000).toFixed(1)}s] ${msg}\n`); }
+
+function freePort() {
+    return new Promise((res) => { const s = createServer(); s.listen(0, '127.0.0.1', () => { const { port } = s.address(); s.close(() => res(port)); }); });
+}
+
+function workspace() {
+    mkdirSync(join(WS, '.vscode'), { recursive: true });
+    cpSync(join(ROOT, 'tests', 'scripts', 'faults.py'), join(WS, 'train.py'));
+    writeFileSync(join(WS, '.vscode', 'launch.json'), JSON.stringify({
+        version: '0.2.0',
+        configurations: [{
+            type: 'gradsight', request: 'launch', name: 'gradsight: train', program: '${workspaceFolder}/train.py',
+            args: ['--fault', 'grad_explode', '--at', '30', '--steps', '60'], cwd: '${workspaceFolder}',
+            output: '${workspaceFolder}/.gradsight/runs/e2e.db', env: { PYTHONPATH: join(ROOT, 'pyserver') },
+        }],
+    }, null, 2));
+    writeFileSync(join(WS, '.vscode', 'settings.json'), JSON.stringify({ 'gradsight.interpreter': PYTHON }, null, 2));
+    mkdirSync(join(UD, 'User'), { recursive: true });
+    writeFileSync(join(UD, 'User', 'settings.json'), JSON.stringify({
+        'workbench.startupEditor': 'none', 'chat.disableAIFeatures': true, 'workbench.secondarySideBar.defaultVisibility': 'hidden',
+        'extensions.autoCheckUpdates': false, 'extensions.autoUpdate': false, 'telemetry.telemetryLevel': 'off',
+        'workbench.tips.enabled': false, 'security.workspace.trust.enabled': false, 'editor.minimap.enabled': false,
+        'window.commandCenter': false, 'workbench.colorTheme': 'Default Dark Modern', 'editor.hover.delay': 300,
+    }, null, 2));
+}
+
+const codeServer = join(CS_DIR, 'node_modules', '.bin', 'code-server');
+const common = ['--user-data-dir', UD, '--extensions-dir', EXTS];
+
+async function main() {
+    workspace();
+    const inst = spawnSync(codeServer, [...common, '--install-extension', VSIX], { env, encoding: 'utf8' });
+    if (inst.status !== 0) { throw new Error(`installing the .vsix failed: ${inst.stdout}\n${inst.stderr}`); }
+    log(`installed ${VSIX}: ${inst.stdout.trim().split('\n').pop()}`);
+    const port = await freePort();
+    const server = spawn(codeServer, [...common, '--auth', 'none', '--bind-addr', `127.0.0.1:${port}`, '--disable-telemetry',
+        '--disable-update-check', '--disable-workspace-trust', '--disable-getting-started-override'],
+        { env, detached: true, stdio: ['ignore', 'pipe', 'pipe'] });
+    let serverLog = '';
+    server.stdout.on('data', (d) => { serverLog += d; });
+    server.stderr.on('data', (d) => { serverLog += d; });
+    const browserDir = join(scratch, 'browser');
+    let context;
+    try {
+        await waitFor(async () => (await fetch(`http://127.0.0.1:${port}/healthz`).catch(() => null))?.ok, 30000, 'code-server to answer');
+        context = await chromium.launchPersistentContext(browserDir, {
+            executablePath: '/usr/bin/chromium', headless: true, viewport: { width: 1500, height: 950 },
+            args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
+                '--disable-component-update', '--disable-sync'],
+        });
+        const page = context.pages()[0] ?? await context.newPage();
+        await scenario(page, port);
+        log('all steps passed');
+    } catch (e) {
+        log(`FAILED: ${e.stack ?? e}`);
+        if (context) { await context.pages()[0]?.screenshot({ path: join(scratch, 'failure.png') }).catch(() => {}); }
+        log(`failure screenshot: ${join(scratch, 'failure.png')}; code-server log tail:\n${serverLog.slice(-3000)}`);
+        process.exitCode = 1;
+    } finally {
+        await context?.close().catch(() => {});
+        try { process.kill(-server.pid, 'SIGTERM'); } catch { /* already gone */ }
+        writeFileSync(join(scratch, 'timings.json'), JSON.stringify(timings, null, 2));
+        log(`timings: ${timings.map((t) => `${t.step} ${t.seconds}s`).join(', ')}`);
+        if (!args.keep && !process.exitCode) { rmSync(scratch, { recursive: true, force: true }); }
+    }
+}
+
+async function waitFor(fn, ms, what) {
+    const end = Date.now() + ms;
+    while (Date.now() < end) {
+        try { const v = await fn(); if (v) { return v; } } catch { /* retry */ }
+        await new Promise((r) => setTimeout(r, 200));
+    }
+    throw new Error(`timed out after ${ms / 1000}s waiting for ${what}`);
+}
+
+async function step(page, name, shot, fn) {
+    const s = Date.now();
+    log(`step: ${name}`);
+    await fn();
+    if (shot) { await page.screenshot({ path: join(SHOTS, shot) }); }
+    timings.push({ step: name, seconds: Number(((Date.now() - s) / 1000).toFixed(1)) });
+}
+
+async function palette(page, title) {
+    await page.keyboard.press('Control+Shift+P');
+    const input = page.locator('.quick-input-widget input');
+    await input.waitFor({ state: 'visible' });
+    await input.fill(`>${title}`);
+    await page.locator('.quick-input-list .monaco-list-row').first().waitFor();
+    await page.keyboard.press('Enter');
+}
+
+async function goToLine(page, line) {
+    await page.keyboard.press('Control+G');
+    const input = page.locator('.quick-input-widget input');
+    await input.waitFor({ state: 'visible' });
+    await input.fill(`:${line}`);
+    await page.keyboard.press('Enter');
+}
+
+async function scenario(page, port) {
+    const source = readFileSync(join(WS, 'train.py'), 'utf8').split('\n');
+    const stepLine = source.findIndex((l) => l.includes('optimizer.step()')) + 1;
+    const fc1Line = source.findIndex((l) => l.includes('self.fc1 = nn.Linear')) + 1;
+
+    await step(page, 'open the workspace and the script', null, async () => {
+        await page.goto(`http://127.0.0.1:${port}/?folder=${encodeURIComponent(WS)}`);
+        await page.locator('.monaco-workbench').waitFor({ timeout: 60000 });
+        await page.locator('.explorer-folders-view .monaco-list-row').first().waitFor({ timeout: 60000 });
+        await page.locator('.monaco-workbench').click({ position: { x: 700, y: 400 } });
+        await page.keyboard.press('Control+P');
+        await page.locator('.quick-input-widget input').fill('train.py');
+        await page.locator('.quick-input-list .monaco-list-row').first().waitFor();
+        await page.keyboard.press('Enter');
+        await page.locator('.editor-instance .monaco-editor .view-lines').waitFor();
+        await page.locator('.statusbar-item', { hasText: 'gradsight' }).first().waitFor({ timeout: 60000 }); // the extension is up
+    });
+
+    await step(page, 'add the tensor breakpoint grad_norm > 50 on optimizer.step()', 'e2e-1-tensor-breakpoint.png', async () => {
+        await goToLine(page, stepLine);
+        await palette(page, 'gradsight: Add Tensor Breakpoint');
+        const input = page.locator('.quick-input-widget input');
+        await input.waitFor({ state: 'visible' });
+        await input.fill('grad_norm >> 50');
+        await page.locator('.quick-input-message', { hasText: 'column' }).waitFor({ timeout: 20000 }); // validated, with the column
+        await input.fill('grad_norm > 50');
+        await page.waitForTimeout(800);
+        await page.keyboard.press('Enter');
+        await page.locator('.codicon-debug-breakpoint-conditional').first().waitFor({ timeout: 20000 });
+    });
+
+    await step(page, 'F5: the run pauses on optimizer.step() at step 30', 'e2e-2-paused-at-step-30.png', async () => {
+        await page.locator('.editor-instance .monaco-editor').first().click({ position: { x: 400, y: 200 } });
+        await page.keyboard.press('F5');
+        await page.locator('.debug-toolbar').waitFor({ timeout: 120000 });
+        const frame = page.locator('.debug-call-stack .monaco-list-row', { hasText: 'train.py' }).first();
+        await frame.waitFor({ timeout: 180000 });
+        const label = (await frame.textContent()).replace(/\s+/g, ' ');
+        if (!label.includes(`${stepLine}:`)) { throw new Error(`paused at "${label}", not on line ${stepLine}`); }
+        const locals = page.locator('.debug-variables .monaco-list-row', { hasText: /^\s*Locals/ }).first();
+        await locals.waitFor({ timeout: 30000 });
+        if ((await locals.getAttribute('aria-expanded')) !== 'true') { await locals.click(); }
+        const stepVar = page.locator('.debug-variables .monaco-list-row', { hasText: /^\s*step\s*[:=]/ }).first();
+        await stepVar.waitFor({ timeout: 30000 });
+        const text = (await stepVar.textContent()).replace(/\s+/g, ' ');
+        if (!/step\s*[:=]\s*30\b/.test(text)) { throw new Error(`Variables show "${text}", not step 30`); }
+    });
+
+    await step(page, 'continue to the end of the run', null, async () => {
+        await page.keyboard.press('F5');
+        await page.locator('.debug-toolbar').waitFor({ state: 'hidden', timeout: 180000 });
+    });
+
+    await step(page, 'health decorations on the layer lines', 'e2e-3-decorations.png', async () => {
+        await goToLine(page, fc1Line);
+        const icons = () => page.evaluate(() => [...document.querySelectorAll('.monaco-editor .margin *')]
+            .filter((e) => /(ok|info|warning|error)\.svg/.test(getComputedStyle(e).backgroundImage)).length);
+        await waitFor(async () => (await icons()) >= 5, 60000, 'five gutter icons');
+        const shown = await page.evaluate(() => {
+            const rules = [];
+            for (const sheet of document.styleSheets) { try { for (const r of sheet.cssRules) { rules.push(r.cssText); } } catch { /* cross-origin */ } }
+            return rules.join('\n') + document.querySelector('.view-lines')?.textContent;
+        });
+        if (!/health \d+ · exploding/.test(shown)) { throw new Error('no "health N · exploding" after-line text found'); }
+    });
+
+    await step(page, 'hover a layer line: its health score', 'e2e-4-hover.png', async () => {
+        const word = page.locator('.view-line span', { hasText: 'fc1' }).first();
+        const box = await word.boundingBox();
+        await page.mouse.move(box.x + box.width / 2, box.y + box.height / 2);
+        const hover = page.locator('.monaco-hover', { hasText: 'health' }).first();
+        await hover.waitFor({ timeout: 30000 });
+        const text = await hover.textContent();
+        if (!/fc1/.test(text) || !/health \d+\/100|health\s*\d+\s*\/100/.test(text.replace(/\*/g, ''))) { throw new Error(`hover says: ${text.slice(0, 300)}`); }
+    });
+
+    await step(page, 'open the heatmap panel', 'e2e-5-heatmap.png', async () => {
+        await palette(page, 'gradsight: Show Gradient Heatmap');
+        await waitFor(async () => {
+            for (const f of page.frames()) {
+                const src = await f.locator('#picture').getAttribute('src', { timeout: 500 }).catch(() => null);
+                if (src && src.startsWith('data:image/png;base64,') && src.length > 1000) { return true; }
+            }
+            return false;
+        }, 90000, 'the heatmap image in the webview');
+    });
+
+    await step(page, 'apply a fix from the light bulb', 'e2e-6-fix-applied.png', async () => {
+        await page.keyboard.press('Control+1'); // back to the editor group with train.py
+        await goToLine(page, fc1Line);
+        await page.keyboard.press('Control+.');
+        const item = page.locator('.action-widget .monaco-list-row', { hasText: 'Insert fix' }).first();
+        await item.waitFor({ timeout: 30000 });
+        const title = (await item.textContent()).trim();
+        await item.click();
+        await page.keyboard.press('Control+S');
+        const saved = await waitFor(() => { const t = readFileSync(join(WS, 'train.py'), 'utf8'); return t.includes('# gradsight fix') && t; },
+            30000, 'the fix saved in train.py');
+        const at = saved.split('\n').findIndex((l) => l.includes('# gradsight fix')) + 1;
+        await goToLine(page, at);
+        log(`applied "${title}" at line ${at}`);
+    });
+}
+
+await main();
