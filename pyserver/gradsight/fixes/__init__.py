@@ -192,7 +192,7 @@ def suggest(cause: RootCause | None, findings: list[Finding], data: RunData, scr
             if fix.id in seen:
                 continue
             seen.add(fix.id)
-            item = render(fix, module, names, src_lines, script, sources.get(module), lr)
+            item = render(fix, module, names, src_lines, script, sources.get(module), lr, types.get(module))
             item["module"], item["kind"] = module, kind  # what the fix is for
             out.append(item)
             if len(out) >= limit:
@@ -210,15 +210,27 @@ def _lr(data: RunData) -> tuple[float | None, float | None]:
     return float(ok[-1]), float(ok[0])
 
 
+SIZE_ATTR = {"Linear": "out_features", "Bilinear": "out_features", "Conv1d": "out_channels", "Conv2d": "out_channels",
+             "Conv3d": "out_channels", "Embedding": "embedding_dim", "LayerNorm": "normalized_shape[-1]"}
+
+
 def render(fix: Fix, module: str, names: ScriptNames, src_lines: list[str], script: str | None,
-           module_source: tuple[str | None, int | None] | None, lr: tuple[float | None, float | None]) -> dict[str, Any]:
+           module_source: tuple[str | None, int | None] | None, lr: tuple[float | None, float | None],
+           module_type: str | None = None) -> dict[str, Any]:
+    attr = module.rpartition(".")[2] if module not in ("input", "loss", "optimizer") else ""
+    size = SIZE_ATTR.get(module_type or "")
+    # inside the class that creates the layer its size is self.<attr>.<size>; elsewhere it is unknown
+    features = f"self.{attr}.{size}" if size and attr and not attr.isdigit() and fix.where == "layer_init" else ""
     values = {
         "model": names.model, "optimizer": names.optimizer, "loss": names.loss, "input": names.input, "target": names.target,
         "module": module, "module_ref": module_ref(names.model, module if module not in ("input", "loss", "optimizer") else ""),
-        "features": "d_model", "lr": f"{lr[0]:.3g}" if lr[0] is not None else "?", "lr_before": f"{lr[1]:.3g}" if lr[1] is not None else "1e-3",
+        "features": features or "d_model", "attr": attr or "layer", "lr": f"{lr[0]:.3g}" if lr[0] is not None else "?", "lr_before": f"{lr[1]:.3g}" if lr[1] is not None else "1e-3",
         "script": script or "train.py",
     }
     snippet = _fill(fix.template, values)
+    if "{features}" in fix.template and not features:  # the size is not known: a hint, not code that would fail
+        snippet = "\n".join("# " + ln if ln and not ln.lstrip().startswith("#") else ln for ln in snippet.splitlines())
+        snippet += "  (set d_model to the layer's output size)"
     where: dict[str, Any] | None = None
     if fix.where == "layer_init" and module_source and module_source[0] and module_source[1]:
         where = {"file": module_source[0], "line": int(module_source[1]) + 1, "position": "before"}
