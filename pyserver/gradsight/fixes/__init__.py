@@ -224,7 +224,8 @@ def render(fix: Fix, module: str, names: ScriptNames, src_lines: list[str], scri
     values = {
         "model": names.model, "optimizer": names.optimizer, "loss": names.loss, "input": names.input, "target": names.target,
         "module": module, "module_ref": module_ref(names.model, module if module not in ("input", "loss", "optimizer") else ""),
-        "features": features or "d_model", "attr": attr or "layer", "lr": f"{lr[0]:.3g}" if lr[0] is not None else "?", "lr_before": f"{lr[1]:.3g}" if lr[1] is not None else "1e-3",
+        "features": features or "d_model", "attr": attr or "layer",
+        "lr": f"{lr[0]:.3g}" if lr[0] is not None else "?", "lr_before": f"{lr[1]:.3g}" if lr[1] is not None else "1e-3",
         "script": script or "train.py",
     }
     snippet = _fill(fix.template, values)
