@@ -19,7 +19,8 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -62,7 +63,24 @@ Step = Callable[[], None]
 POOL = 32  # batches cycled through: one fixed batch gets memorised, and its dead units are real anomalies
 
 
-def bert_setup(device: str) -> tuple[nn.Module, torch.optim.Optimizer, Step]:
+@dataclass
+class Task:
+    """A classification loop's parts: peers that need their own loss modules (Cockpit) build their step from them."""
+
+    model: nn.Module
+    opt: torch.optim.Optimizer
+    batches: Iterator[tuple[torch.Tensor, ...]]
+    forward: Callable[[nn.Module, tuple[torch.Tensor, ...]], tuple[torch.Tensor, torch.Tensor]]  # -> (logits [N, C], targets [N])
+
+    def step(self) -> None:
+        batch = next(self.batches)
+        self.opt.zero_grad()
+        logits, targets = self.forward(self.model, batch)
+        nn.functional.cross_entropy(logits, targets).backward()
+        self.opt.step()
+
+
+def bert_task(device: str) -> Task:
     from transformers import BertConfig, BertForSequenceClassification
 
     torch.manual_seed(0)
@@ -71,38 +89,32 @@ def bert_setup(device: str) -> tuple[nn.Module, torch.optim.Optimizer, Step]:
     model = BertForSequenceClassification(config).to(device).train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     pool = [(torch.randint(0, 1000, (16, 64), device=device), torch.randint(0, 4, (16,), device=device)) for _ in range(POOL)]
-    it = itertools.cycle(pool)
 
-    def step() -> None:
-        ids, labels = next(it)
-        opt.zero_grad()
-        model(input_ids=ids, labels=labels).loss.backward()
-        opt.step()
+    def forward(m: nn.Module, batch: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, torch.Tensor]:
+        ids, labels = batch
+        return m(input_ids=ids).logits, labels
 
-    return model, opt, step
+    return Task(model, opt, itertools.cycle(pool), forward)
 
 
-def demo_setup(device: str) -> tuple[nn.Module, torch.optim.Optimizer, Step]:
+def demo_task(device: str) -> Task:
     from gradsight.demo import model as dm
 
     torch.manual_seed(0)
     model = dm.TinyTransformer().to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)  # the demo's model without its fault
     data = dm.batches(0)
-    it = itertools.cycle([tuple(t.to(device) for t in next(data)) for _ in range(POOL)])
-    loss_fn = nn.CrossEntropyLoss()
+    pool = [tuple(t.to(device) for t in next(data)) for _ in range(POOL)]
 
-    def step() -> None:
-        tokens, targets = next(it)
-        opt.zero_grad()
-        logits = model(tokens)
-        loss_fn(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1)).backward()
-        opt.step()
+    def forward(m: nn.Module, batch: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, torch.Tensor]:
+        tokens, targets = batch
+        logits = m(tokens)
+        return logits.reshape(-1, logits.shape[-1]), targets.reshape(-1)
 
-    return model, opt, step
+    return Task(model, opt, itertools.cycle(pool), forward)
 
 
-def cnn_setup(device: str) -> tuple[nn.Module, torch.optim.Optimizer, Step]:
+def cnn_task(device: str) -> Task:
     torch.manual_seed(0)
     model = nn.Sequential(
         nn.Conv2d(3, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(), nn.MaxPool2d(2),
@@ -120,18 +132,24 @@ def cnn_setup(device: str) -> tuple[nn.Module, torch.optim.Optimizer, Step]:
             x[i, :, 8 * r : 8 * r + 8, 8 * k : 8 * k + 8] += 1.0
         return x.to(device), y.to(device)
 
-    it = itertools.cycle([batch() for _ in range(POOL)])
+    def forward(m: nn.Module, b: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, torch.Tensor]:
+        return m(b[0]), b[1]
 
-    def step() -> None:
-        x, y = next(it)
-        opt.zero_grad()
-        nn.functional.cross_entropy(model(x), y).backward()
-        opt.step()
-
-    return model, opt, step
+    return Task(model, opt, itertools.cycle([batch() for _ in range(POOL)]), forward)
 
 
-SETUPS = {"bert": bert_setup, "demo": demo_setup, "cnn": cnn_setup}
+TASKS = {"bert": bert_task, "demo": demo_task, "cnn": cnn_task}
+
+
+def _setup(name: str) -> Callable[[str], tuple[nn.Module, torch.optim.Optimizer, Step]]:
+    def setup(device: str) -> tuple[nn.Module, torch.optim.Optimizer, Step]:
+        task = TASKS[name](device)
+        return task.model, task.opt, task.step
+
+    return setup
+
+
+SETUPS = {name: _setup(name) for name in TASKS}
 
 
 def _sync(device: str) -> None:

@@ -12,8 +12,10 @@ import pytest_lsp
 from lsprotocol import types as lsp
 from pytest_lsp import LanguageClient
 
-from .conftest import FAULTS, ROOT, gradsight_cmd, run_gradsight
-from .lsp_helpers import SERVER, apply_edit, collect, open_doc, start, until, workspace_with_run
+from gradsight.store import RunStore
+
+from .conftest import FAULTS, ROOT, SCRIPTS, gradsight_cmd, run_gradsight
+from .lsp_helpers import SERVER, apply_edit, collect, command, line_of, open_doc, start, until, workspace_with_run
 
 SCENARIOS = ROOT / "tests" / "scenarios"
 
@@ -62,6 +64,32 @@ async def test_health_streams_while_a_run_writes_its_store(live: LanguageClient)
     final = await until(lambda: next((n for n in live.health if n.run == second and n.state.status == "finished"), None),  # type: ignore[attr-defined]
                         what="the finished state")
     assert final.step == 299
+
+
+async def test_a_watch_set_in_the_editor_reaches_the_running_run(live: LanguageClient):
+    """validateCondition with install on a layer line writes a scoped watch the running process picks up."""
+    ws: Path = live.ws  # type: ignore[attr-defined]
+    text = (ws / "train.py").read_text()
+    uri = open_doc(live, ws / "train.py")
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "pyserver")}
+    proc = subprocess.Popen([*gradsight_cmd("trace", "train.py", "--fault", "grad_explode", "--at", "150", "--steps", "300", "--sleep", "0.02",
+                                            "--output", ".gradsight/runs/watched.db")],
+                            cwd=ws, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        watched = str(ws / ".gradsight" / "runs" / "watched.db")
+        await until(lambda: any(n.run == watched and n.state.status == "running" and n.step is not None and n.records for n in live.health),  # type: ignore[attr-defined]
+                    timeout=60, what="the run to stream")
+        result = await command(live, "gradsight.validateCondition",
+                               {"condition": "grad_norm > 1000", "uri": uri, "line": line_of(text, "self.fc1 = nn.Linear"), "install": True})
+        assert result["ok"] and result["kind"] == "layer" and result["scope"] == "fc1" and result["run"] == watched
+        assert isinstance(result["watchId"], int)
+    finally:
+        proc.wait(timeout=120)
+    assert proc.returncode == 0
+    with RunStore(watched) as store:
+        assert [w["condition"] for w in store.watches()] == ["grad_norm > 1000"]
+        fired = [e for e in store.events("breakpoint") if e.name == "watch"]
+    assert [(e.step, e.module) for e in fired] == [(150, "fc1")]
 
 
 # (scenario, the fix expected first on the root cause's line)
@@ -120,3 +148,35 @@ def _expected(script: Path) -> dict[str, str]:
     raise AssertionError("scenario without EXPECTED")
 
 
+
+
+@pytest_lsp.fixture(config=SERVER)
+async def bert(lsp_client: LanguageClient, tmp_path: Path):
+    """A tiny transformers BERT: its layer lines live in transformers' own source and stand for several instances."""
+    workspace_with_run(tmp_path, SCRIPTS / "bert_train.py")
+    lsp_client.health = collect(lsp_client, "gradsight/health")  # type: ignore[attr-defined]
+    lsp_client.ws = tmp_path  # type: ignore[attr-defined]
+    await start(lsp_client, tmp_path)
+    yield
+    await lsp_client.shutdown_session()
+
+
+async def test_one_line_stands_for_all_its_instances(bert: LanguageClient):
+    ws: Path = bert.ws  # type: ignore[attr-defined]
+    with RunStore(next((ws / ".gradsight" / "runs").glob("*.db"))) as store:
+        query = next(m for m in store.modules() if m.name == "bert.encoder.layer.0.attention.self.query")
+    assert query.file and query.file.endswith("modeling_bert.py")
+    source = Path(query.file)
+    uri = open_doc(bert, source)
+    records = await until(lambda: [r for n in bert.health for r in n.records if r.uri == uri], what="records for modeling_bert.py")  # type: ignore[attr-defined]
+    line = line_of(source.read_text(), "self.query = nn.Linear")
+    on_line = next(r for r in records if r.line == line)
+    assert on_line.instances == 2 and on_line.module.endswith(".attention.self.query")
+    hover = await bert.text_document_hover_async(lsp.HoverParams(text_document=lsp.TextDocumentIdentifier(uri=uri),
+                                                                 position=lsp.Position(line=line, character=12)))
+    assert hover is not None and "(worst of 2 instances)" in hover.contents.value
+    for i in (0, 1):
+        assert f"`bert.encoder.layer.{i}.attention.self.query`" in hover.contents.value
+    watch = await command(bert, "gradsight.validateCondition", {"condition": "grad_norm > 50", "uri": uri, "line": line})
+    assert watch["scope"] == "bert.encoder.layer.*.attention.self.query"
+    assert watch["breakCondition"] == 'layer("bert.encoder.layer.*.attention.self.query").grad_norm > 50'
