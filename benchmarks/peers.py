@@ -27,7 +27,8 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE), str(HERE.parent / "pyserver")]
 from gradsight.runtime.api import watch  # noqa: E402
 from gradsight.runtime.session import DEFAULT_EVERY  # noqa: E402
 from overhead import TASKS, Task, _sync  # noqa: E402
