@@ -9,7 +9,7 @@ log_freq=1) offline; Cockpit's "economy" preset (cockpit-for-pytorch + BackPACK)
 Prints the median ms/step and the ratio to plain (median over rounds of the ratio of
 blocks run back to back). A peer that is not installed or cannot run a model is left
 out of that row with the reason printed. Install the peers for this benchmark only:
-    pip install -e ".[peers]"
+    bash benchmarks/peers-venv.sh   (its own venv: Cockpit needs torchvision, which needs torch 2.14.1)
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ def mode_runner(mode: str, task: Task, tmp: Path, tag: str) -> Iterator[Runner]:
             yield logged
         finally:
             wandb.unwatch(task.model)
-            run.finish(quiet=True)
+            run.finish()
     elif mode == "cockpit":
         yield cockpit_runner(task)
     else:
