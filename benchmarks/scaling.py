@@ -3,9 +3,11 @@
     python benchmarks/scaling.py [--part models|steps|both] [--rounds 3] [--steps 20] [--run-steps 1000,10000,100000]
 
 models: MLP stacks of about 1M, 10M and 100M parameters with 10 to 500 modules, plain and
-  watched (gradsight defaults) in interleaved blocks in one process: ms/step, the ratio, the
-  share of the step spent inside gradsight's callbacks, and the run store's growth per step
-  (bytes added by steps N+1..2N, so the fixed start-up rows do not count).
+  watched in interleaved blocks in one process: the steady ratio (gradsight defaults, steps
+  that are not sampled), the share of the step spent inside gradsight's callbacks, the
+  ratio of a sampled step (activation statistics: full detail), the ratio amortised over
+  the default sampling (1 step in 100), and the run store's growth per step (closed stores
+  of N and 2N steps: the difference, so start-up rows do not count).
 steps: synthetic stores of 200 modules written the way the runtime writes them, at 1k, 10k and
   100k steps: file size, bytes per step, and `diagnose` time (load + analysis + JSON).
 """
@@ -17,6 +19,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -28,56 +31,95 @@ def models_part(rounds: int, steps: int) -> None:
     from torch import nn
 
     from gradsight.runtime.api import watch
+    from gradsight.runtime.session import DEFAULT_EVERY
+
+    Residual = _residual()
     from overhead import IN_HOOKS, time_block
 
-    configs = [("1M / 10", 5, 448), ("1M / 500", 250, 64), ("10M / 100", 50, 448), ("100M / 500", 250, 632)]
-    print(f"torch {torch.__version__}, threads {torch.get_num_threads()}, {rounds} rounds x {steps} steps per mode, interleaved")
-    print(f"{'params / modules':<18}{'params':>12}{'modules':>9}{'plain ms':>11}{'gradsight ms':>14}{'ratio':>8}{'in-hook':>9}{'store B/step':>14}")
+    # pre-norm residual MLP blocks (they train at any depth, so no trigger fires and the steady state is measured):
+    # (label, blocks, width); each block is 5 modules (the block, LayerNorm, Linear, GELU, Linear) and 2 w^2 weights
+    configs = [("1M / 10", 2, 500), ("1M / 500", 100, 70), ("10M / 100", 20, 500), ("100M / 500", 100, 707)]
+    print(f"torch {torch.__version__}, threads {torch.get_num_threads()}, {rounds} rounds x {steps} steps per mode, interleaved;"
+          f" watched blocks start after 2 steps (the model is found, step 0 sampled)")
+    print(f"{'params / modules':<18}{'params':>13}{'modules':>9}{'plain ms':>10}{'steady':>9}{'in-hook':>9}{'sampled':>9}"
+          f"{'amortised':>11}{'store B/step':>14}{'anomalies':>11}")
     with tempfile.TemporaryDirectory() as tmp:
         for label, depth, width in configs:
             torch.manual_seed(0)
-            layers: list[nn.Module] = []
-            for _ in range(depth):
-                layers += [nn.Linear(width, width), nn.ReLU()]
-            model = nn.Sequential(*layers, nn.Linear(width, 1))
+            model = nn.Sequential(*[Residual(width) for _ in range(depth)], nn.LayerNorm(width), nn.Linear(width, 1))
             opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-            pool = [torch.randn(32, width) for _ in range(8)]
+            w_true = torch.randn(width, 1) / width**0.5
+            pool = [(x, x @ w_true) for x in (torch.randn(32, width) for _ in range(8))]
             k = [0]
+            anomalies: list[tuple[int, str]] = []
 
-            def step(model: nn.Module = model, opt: torch.optim.Optimizer = opt, pool: list[torch.Tensor] = pool, k: list[int] = k) -> None:
-                x = pool[k[0] % len(pool)]
+            def step(model: nn.Module = model, opt: torch.optim.Optimizer = opt, pool: list[tuple[torch.Tensor, torch.Tensor]] = pool,
+                     k: list[int] = k) -> None:
+                x, y = pool[k[0] % len(pool)]
                 k[0] += 1
                 opt.zero_grad()
-                model(x).pow(2).mean().backward()
+                nn.functional.mse_loss(model(x), y).backward()
                 opt.step()
+
+            def watched(every: int, n: int, store: Path, model: nn.Module = model, opt: torch.optim.Optimizer = opt,
+                        step: Callable[[], None] = step, anomalies: list[tuple[int, str]] = anomalies) -> tuple[float, float]:
+                """(mean ms/step, ms/step inside gradsight) of n steps after the first two."""
+                handle = watch(model, opt, store=store, every=every)
+                try:
+                    time_block(step, 2, "cpu")
+                    IN_HOOKS[0] = 0.0
+                    block = time_block(step, n, "cpu")
+                    anomalies.extend(handle.anomalies)
+                    return statistics.fmean(block) * 1000, IN_HOOKS[0] / n * 1000
+                finally:
+                    handle.close()
 
             time_block(step, 3, "cpu")
             plain: list[float] = []
-            watched: list[float] = []
+            steady: list[float] = []
             hooks: list[float] = []
-            growth: list[float] = []
+            full: list[float] = []
             for r in range(rounds):
                 plain.append(statistics.fmean(time_block(step, steps, "cpu")) * 1000)
-                store = Path(tmp) / f"{depth}x{width}-{r}.db"
-                handle = watch(model, opt, store=store)
-                IN_HOOKS[0] = 0.0
-                try:
-                    block = time_block(step, steps, "cpu")
-                    hooks.append(IN_HOOKS[0] / steps * 1000)
-                    handle._session.writer.flush()
-                    size_half = _size(store)
-                    time_block(step, steps, "cpu")
-                    handle._session.writer.flush()
-                    growth.append((_size(store) - size_half) / steps)
-                finally:
-                    handle.close()
-                watched.append(statistics.fmean(block) * 1000)
-            n_params = sum(p.numel() for p in model.parameters())
-            n_modules = len(list(model.modules()))
-            ratio = statistics.median(w / p for w, p in zip(watched, plain))
+                ms, hk = watched(DEFAULT_EVERY, steps, Path(tmp) / f"s{depth}x{width}-{r}.db")
+                steady.append(ms)
+                hooks.append(hk)
+                full.append(watched(1, steps, Path(tmp) / f"f{depth}x{width}-{r}.db")[0])
+            # growth: closed stores of N and 2N steps (each a single file), the difference per step
+            a, b = Path(tmp) / f"g{depth}a.db", Path(tmp) / f"g{depth}b.db"
+            watched(DEFAULT_EVERY, steps, a)
+            watched(DEFAULT_EVERY, 2 * steps, b)
+            growth = (_size(b) - _size(a)) / steps
+            p_ms = statistics.median(plain)
+            ratio = statistics.median(w / p for w, p in zip(steady, plain))
+            sampled = statistics.median(f / p for f, p in zip(full, plain))
+            amortised = ((DEFAULT_EVERY - 1) * ratio + sampled) / DEFAULT_EVERY
             share = statistics.median(h / p for h, p in zip(hooks, plain))
-            print(f"{label:<18}{n_params:>12,}{n_modules:>9}{statistics.median(plain):>11.2f}{statistics.median(watched):>14.2f}"
-                  f"{ratio:>8.3f}{share:>9.3f}{statistics.median(growth):>14,.0f}", flush=True)
+            n_params = sum(p.numel() for p in model.parameters())
+            print(f"{label:<18}{n_params:>13,}{len(list(model.modules())):>9}{p_ms:>10.2f}{ratio:>9.3f}{share:>9.3f}{sampled:>9.2f}"
+                  f"{amortised:>11.3f}{growth:>14,.0f}{len(anomalies):>11}", flush=True)
+            if anomalies:
+                print(f"    anomalies caught: {sorted({name for _, name in anomalies})}")
+
+
+def _residual() -> type:
+    import torch
+    from torch import nn
+
+    class Residual(nn.Module):
+        def __init__(self, width: int) -> None:
+            super().__init__()
+            self.norm = nn.LayerNorm(width)
+            self.up = nn.Linear(width, width)
+            self.act = nn.GELU()
+            self.down = nn.Linear(width, width)
+            with torch.no_grad():  # GPT-2's scaled init: the residual stream keeps its scale at any depth
+                self.down.weight.mul_(0.1)
+
+        def forward(self, x):  # type: ignore[no-untyped-def]
+            return x + self.down(self.act(self.up(self.norm(x))))
+
+    return Residual
 
 
 def _size(path: Path) -> int:

@@ -20,7 +20,7 @@ from .. import __version__
 from ..store import StoreError, add_watch
 from . import commands, edits, render
 from .render import LineLayers
-from .runs import DEFAULT_RUNS_FOLDER, RunView, build_view, runs_in, signature
+from .runs import DEFAULT_RUNS_FOLDER, RunView, build_view, quick_state, runs_in, signature
 from .sourcemap import resolve, same_file
 
 log = logging.getLogger("gradsight.server")
@@ -65,6 +65,10 @@ class GradsightServer(LanguageServer):
         self.doc_cache: dict[str, tuple[Any, list[LineLayers]]] = {}
         self.published: set[str] = set()
         self.follower: asyncio.Task[None] | None = None
+        self.build_s = 0.0  # how long the last analysis took
+        self.built_at = 0.0
+        self.last_records: list[dict[str, Any]] = []
+        self.quick_sig: tuple[Any, ...] | None = None
 
     # -- where things are --------------------------------------------------------------
     def root(self) -> str:
@@ -175,7 +179,15 @@ class GradsightServer(LanguageServer):
             if view is not None:
                 records += render.health_records(view, uri, self.entries(uri))
         state = view.state() if view is not None else {"run": None}
+        self.last_records = records
         self.protocol.notify("gradsight/health", {"run": state.get("run"), "step": state.get("step"), "state": state, "records": records})
+
+    def publish_state(self, quick: dict[str, Any]) -> None:
+        """A new step between analyses: the last records, the run's current step, loss and status."""
+        if self.view is None:
+            return
+        state = {**self.view.state(), **quick, "analysedStep": self.view.last_step}
+        self.protocol.notify("gradsight/health", {"run": self.view.path, "step": quick["step"], "state": state, "records": self.last_records})
 
     def publish_diagnostics(self, uri: str) -> None:
         view = self.view
@@ -236,11 +248,22 @@ class GradsightServer(LanguageServer):
                     sig = await loop.run_in_executor(None, signature, target)
                     current = self.view.path if self.view is not None else None
                     if target != current or sig != self.sig:
-                        view = await loop.run_in_executor(None, functools.partial(build_view, target, overrides=self.options.thresholds))
-                        self.view, self.sig = view, sig
-                        self.publish()
-                        self.announce_anomalies()
-                        self.refresh_client()
+                        # a long run takes a while to analyse: between analyses (at most every 2x the last one's
+                        # time) the client still gets each new step, loss and status from a few indexed reads
+                        due = target != current or time.monotonic() - self.built_at >= max(0.0, 2 * self.build_s)
+                        if due:
+                            t0 = time.monotonic()
+                            view = await loop.run_in_executor(None, functools.partial(build_view, target, overrides=self.options.thresholds))
+                            self.build_s, self.built_at = time.monotonic() - t0, time.monotonic()
+                            self.view, self.sig = view, sig
+                            self.publish()
+                            self.announce_anomalies()
+                            self.refresh_client()
+                        elif sig != self.quick_sig:
+                            quick = await loop.run_in_executor(None, quick_state, target)
+                            if quick is not None:
+                                self.quick_sig = sig
+                                self.publish_state(quick)
             except asyncio.CancelledError:
                 raise
             except Exception:  # a bad store must not end the server
