@@ -5,6 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 
+def anomaly_detail(a: dict[str, Any]) -> str:
+    """The anomaly's numbers: ``loss 8.196e+06, grad_norm 2.498e+07``."""
+    return ", ".join(f"{k} {v:.4g}" for k, v in a.get("metrics", {}).items() if isinstance(v, float))
+
+
 def headline(d: dict[str, Any]) -> list[str]:
     """Health, anomaly and root cause: the lines every view of a diagnosis starts with."""
     run = d.get("run", {})
@@ -15,8 +20,7 @@ def headline(d: dict[str, Any]) -> list[str]:
     lines.append(f"model health: {d['health']}/100")
     a = d.get("anomaly")
     if a:
-        m = a.get("metrics", {})
-        detail = ", ".join(f"{k} {v:.4g}" for k, v in m.items() if isinstance(v, float))
+        detail = anomaly_detail(a)
         lines.append(f"anomaly: {a['trigger']} at step {a['step']}" + (f" ({detail})" if detail else ""))
     else:
         lines.append("anomaly: none caught")

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from ..analysis.summary import anomaly_detail
 from ..fixes import script_names
 from .runs import RunView
 
@@ -158,7 +159,7 @@ def loop_hover(view: RunView) -> str | None:
     a = d.get("anomaly")
     out.append("")
     if a:
-        detail = ", ".join(f"{k} {_fmt(v)}" for k, v in a.get("metrics", {}).items() if isinstance(v, float))
+        detail = anomaly_detail(a)
         out.append(f"**Anomaly**: {label(a['trigger'])} at step {a['step']}" + (f" ({detail})" if detail else ""))
     else:
         out.append("No anomaly caught.")
