@@ -17,7 +17,7 @@ from pygls.lsp.server import LanguageServer
 from pygls.uris import from_fs_path, to_fs_path
 
 from .. import __version__
-from ..store import StoreError, add_watch
+from ..store import RunStore, StoreError, add_watch
 from . import commands, edits, render
 from .render import LineLayers
 from .runs import DEFAULT_RUNS_FOLDER, RunView, build_view, quick_state, runs_in, signature
@@ -439,9 +439,11 @@ async def open_run(ls: GradsightServer, *args: Any) -> dict[str, Any]:
     if not isinstance(path, str) or not path:
         raise commands.CommandError("openRun needs {'path': <a run store>}")
     path = os.path.abspath(os.path.join(ls.root(), os.path.expanduser(path)))
+    try:
+        RunStore(path).close()  # not a store at all: say so (a store with no step yet is fine)
+    except StoreError as exc:
+        raise commands.CommandError(str(exc)) from exc
     view = await asyncio.get_running_loop().run_in_executor(None, functools.partial(build_view, path, overrides=ls.options.thresholds))
-    if view.data is None and view.error and "no such file" in view.error or (view.error and "not a gradsight" in view.error):
-        raise commands.CommandError(view.error)
     ls.chosen, ls.view, ls.sig = path, view, signature(path)
     ls.known.add(path)
     ls.publish()
@@ -469,8 +471,8 @@ def validate_condition(ls: GradsightServer, *args: Any) -> dict[str, Any]:
     modules: list[str] = []
     line_text = ""
     if isinstance(uri, str) and isinstance(line, int):
-        modules = [m for e in ls.entries(uri) if e.line == line + 1 for m in e.modules] if uri in ls.workspace.text_documents else []
-        lines = ls.file_lines(to_fs_path(uri) or uri) if uri not in ls.workspace.text_documents else ls.workspace.get_text_document(uri).lines
+        modules = [m for e in ls.entries(uri) if e.line == line + 1 for m in e.modules]  # a closed file is read from disk
+        lines = ls.file_lines(to_fs_path(uri) or uri)
         line_text = lines[line] if 0 <= line < len(lines) else ""
     all_modules = ls.view.data.names if ls.view is not None and ls.view.data is not None else []
     result = commands.validate(condition, modules_on_line=modules, all_modules=all_modules, line_text=line_text)
