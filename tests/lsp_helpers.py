@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -42,6 +44,21 @@ async def start(client: LanguageClient, root: Path, options: dict[str, Any] | No
         workspace=lsp.WorkspaceClientCapabilities(apply_edit=True))
     await client.initialize_session(lsp.InitializeParams(capabilities=caps, root_uri=root.as_uri(),
                                                          initialization_options={"pollInterval": 0.1, **(options or {})}))
+
+
+async def begin(client: LanguageClient, ws: Path, options: dict[str, Any] | None = None) -> None:
+    """Start a session on ``ws``, collecting the server's notifications on the client (``health``, ``anomalies``)."""
+    client.health = collect(client, "gradsight/health")  # type: ignore[attr-defined]
+    client.anomalies = collect(client, "gradsight/anomaly")  # type: ignore[attr-defined]
+    client.ws = ws  # type: ignore[attr-defined]
+    await start(client, ws, options)
+
+
+def trace_in_background(ws: Path, output: str, *args: str) -> subprocess.Popen[str]:
+    """``gradsight trace train.py ARGS --output OUTPUT`` in ``ws``, running while the test goes on."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "pyserver")}
+    return subprocess.Popen([sys.executable, "-m", "gradsight", "trace", "train.py", *args, "--output", output],
+                            cwd=ws, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
 
 def open_doc(client: LanguageClient, path: Path, text: str | None = None, version: int = 1) -> str:

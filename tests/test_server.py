@@ -13,7 +13,7 @@ from lsprotocol import types as lsp
 from pytest_lsp import LanguageClient
 
 from .conftest import FAULTS, ROOT, gradsight_cmd
-from .lsp_helpers import SERVER, collect, command, line_of, open_doc, start, until, workspace_with_run
+from .lsp_helpers import SERVER, begin, command, line_of, open_doc, until, workspace_with_run
 
 KINDS = {"exploding_gradient", "vanishing_gradient", "dead_units", "nan_inf", "activation_out_of_range", "saturation", "loss_spike",
          "loss_not_decreasing", "oscillating_loss", "update_ratio_too_high", "update_ratio_too_low", "not_updated", "frozen",
@@ -28,9 +28,7 @@ def explode_ws(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest_lsp.fixture(config=SERVER)
 async def client(lsp_client: LanguageClient, explode_ws: Path):
-    lsp_client.health = collect(lsp_client, "gradsight/health")  # type: ignore[attr-defined]
-    lsp_client.anomalies = collect(lsp_client, "gradsight/anomaly")  # type: ignore[attr-defined]
-    await start(lsp_client, explode_ws)
+    await begin(lsp_client, explode_ws)
     yield
     await lsp_client.shutdown_session()
 

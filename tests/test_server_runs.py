@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -14,8 +12,8 @@ from pytest_lsp import LanguageClient
 
 from gradsight.store import RunStore
 
-from .conftest import FAULTS, ROOT, SCRIPTS, gradsight_cmd, run_gradsight
-from .lsp_helpers import SERVER, apply_edit, collect, command, line_of, open_doc, start, until, workspace_with_run
+from .conftest import FAULTS, ROOT, SCRIPTS, run_gradsight
+from .lsp_helpers import SERVER, apply_edit, begin, command, line_of, open_doc, trace_in_background, until, workspace_with_run
 
 SCENARIOS = ROOT / "tests" / "scenarios"
 
@@ -24,10 +22,7 @@ SCENARIOS = ROOT / "tests" / "scenarios"
 async def live(lsp_client: LanguageClient, tmp_path: Path):
     """A server on a workspace with one short finished run."""
     workspace_with_run(tmp_path, FAULTS, "--steps", "20")
-    lsp_client.health = collect(lsp_client, "gradsight/health")  # type: ignore[attr-defined]
-    lsp_client.anomalies = collect(lsp_client, "gradsight/anomaly")  # type: ignore[attr-defined]
-    lsp_client.ws = tmp_path  # type: ignore[attr-defined]
-    await start(lsp_client, tmp_path)
+    await begin(lsp_client, tmp_path)
     yield
     await lsp_client.shutdown_session()
 
@@ -37,10 +32,7 @@ async def test_health_streams_while_a_run_writes_its_store(live: LanguageClient)
     first = next((ws / ".gradsight" / "runs").glob("*.db"))
     uri = open_doc(live, ws / "train.py")
     await until(lambda: any(n.run == str(first) and n.records for n in live.health), what="the finished run's records")  # type: ignore[attr-defined]
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "pyserver")}
-    proc = subprocess.Popen([*gradsight_cmd("trace", "train.py", "--fault", "grad_explode", "--at", "150", "--steps", "300", "--sleep", "0.02",
-                                            "--output", ".gradsight/runs/second.db")],
-                            cwd=ws, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = trace_in_background(ws, ".gradsight/runs/second.db", "--fault", "grad_explode", "--at", "150", "--steps", "300", "--sleep", "0.02")
     try:
         second = str(ws / ".gradsight" / "runs" / "second.db")
 
@@ -71,10 +63,7 @@ async def test_a_watch_set_in_the_editor_reaches_the_running_run(live: LanguageC
     ws: Path = live.ws  # type: ignore[attr-defined]
     text = (ws / "train.py").read_text()
     uri = open_doc(live, ws / "train.py")
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "pyserver")}
-    proc = subprocess.Popen([*gradsight_cmd("trace", "train.py", "--fault", "grad_explode", "--at", "150", "--steps", "300", "--sleep", "0.02",
-                                            "--output", ".gradsight/runs/watched.db")],
-                            cwd=ws, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = trace_in_background(ws, ".gradsight/runs/watched.db", "--fault", "grad_explode", "--at", "150", "--steps", "300", "--sleep", "0.02")
     try:
         watched = str(ws / ".gradsight" / "runs" / "watched.db")
         await until(lambda: any(n.run == watched and n.state.status == "running" and n.step is not None and n.records for n in live.health),  # type: ignore[attr-defined]
@@ -101,8 +90,7 @@ async def faulty(lsp_client: LanguageClient, tmp_path: Path, request: pytest.Fix
     scenario, fix = request.param
     workspace_with_run(tmp_path, SCENARIOS / f"{scenario}.py", extra=(SCENARIOS / "_common.py",))
     lsp_client.case = (tmp_path, scenario, fix)  # type: ignore[attr-defined]
-    lsp_client.health = collect(lsp_client, "gradsight/health")  # type: ignore[attr-defined]
-    await start(lsp_client, tmp_path)
+    await begin(lsp_client, tmp_path)
     yield
     await lsp_client.shutdown_session()
 
@@ -154,9 +142,7 @@ def _expected(script: Path) -> dict[str, str]:
 async def bert(lsp_client: LanguageClient, tmp_path: Path):
     """A tiny transformers BERT: its layer lines live in transformers' own source and stand for several instances."""
     workspace_with_run(tmp_path, SCRIPTS / "bert_train.py")
-    lsp_client.health = collect(lsp_client, "gradsight/health")  # type: ignore[attr-defined]
-    lsp_client.ws = tmp_path  # type: ignore[attr-defined]
-    await start(lsp_client, tmp_path)
+    await begin(lsp_client, tmp_path)
     yield
     await lsp_client.shutdown_session()
 

@@ -17,7 +17,6 @@ class Insertion:
     file: str
     line: int  # 1-based: the text goes before this line
     text: str
-    module: str | None
     validation: tuple[str, ...]
 
 
@@ -30,7 +29,7 @@ def fixes_for(view: RunView, script_text: str | None, module_lines: dict[str, tu
     return suggest(view.cause, view.findings, view.data, script, source=script_text, module_lines=module_lines)
 
 
-def insertion(fix: dict[str, Any], module: str | None = None, lines: list[str] | None = None) -> Insertion | None:
+def insertion(fix: dict[str, Any], lines: list[str] | None = None) -> Insertion | None:
     """The text a fix inserts (its validation steps as a comment, then its snippet), or None when it has no place.
 
     ``lines`` is the target file's current text: a snippet written flush left takes the indentation of
@@ -48,5 +47,5 @@ def insertion(fix: dict[str, Any], module: str | None = None, lines: list[str] |
     indent = first[: len(first) - len(first.lstrip())]
     steps = [v for v in fix.get("validation", []) if v]
     comment = f"{indent}# gradsight fix '{fix['id']}'" + (": validate: " + "; ".join(steps) if steps else "")
-    return Insertion(fix["id"], fix["title"], str(where["file"]), line, f"{comment}\n{snippet}\n", module,
+    return Insertion(fix["id"], fix["title"], str(where["file"]), line, f"{comment}\n{snippet}\n",
                      tuple(steps))

@@ -17,6 +17,7 @@ from pygls.lsp.server import LanguageServer
 from pygls.uris import from_fs_path, to_fs_path
 
 from .. import __version__
+from ..analysis.data import ACTIVATIONS
 from ..store import RunStore, StoreError, add_watch
 from . import commands, edits, render
 from .render import LineLayers
@@ -164,7 +165,7 @@ class GradsightServer(LanguageServer):
         out = []
         for f in fixes:
             where = f.get("where") or {}
-            ins = edits.insertion(f, f.get("module"), [ln.rstrip("\n") for ln in self.file_lines(where["file"])] if where.get("file") else None)
+            ins = edits.insertion(f, [ln.rstrip("\n") for ln in self.file_lines(where["file"])] if where.get("file") else None)
             if ins is not None:
                 out.append(ins)
         return out
@@ -289,7 +290,7 @@ def _is_layer(view: RunView, module: str) -> bool:
     if data is None:
         return False
     m = data.modules[data.index[module]]
-    return m.n_params > 0 or m.type in ("ReLU", "GELU", "Tanh", "Sigmoid", "Softmax", "Dropout", "SiLU", "LeakyReLU")
+    return m.n_params > 0 or m.type in ACTIVATIONS or m.type.startswith("Dropout")
 
 
 server = GradsightServer()
