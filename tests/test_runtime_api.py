@@ -138,3 +138,60 @@ def test_one_session_at_a_time(tmp_path: Path) -> None:
             gradsight.watch(model, store=tmp_path / "b.db")
     with pytest.raises(TypeError, match="must be a torch.nn.Module"):
         gradsight.watch("model", store=tmp_path / "c.db")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("explode_at", [30, 57])
+def test_deferred_reading_reports_the_same_run(tmp_path: Path, explode_at: int) -> None:
+    """Reading each step's norms a step later (the default on CUDA, forced here on the CPU) records the
+    same steps, values and anomaly steps as reading them at once; only the capture moves a step on."""
+
+    def run(defer: bool) -> tuple[RunStore, list[tuple[int, str]]]:
+        model = _mlp()
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        gen = torch.Generator().manual_seed(1)
+        handle = gradsight.watch(model, opt, store=tmp_path / f"defer-{defer}.db", every=25, defer=defer)
+        for step in range(60):
+            x = torch.randn(32, 8, generator=gen)
+            opt.zero_grad()
+            loss = (model(x) - x.sum(1, keepdim=True)).pow(2).mean()
+            (loss * (1e4 if step == explode_at else 1.0)).backward()
+            opt.step()
+        handle.close()
+        return RunStore(handle.store), handle.anomalies
+
+    (now, now_anomalies), (later, later_anomalies) = run(False), run(True)
+    with now, later:
+        a, b = now.steps(), later.steps()
+        assert list(b["step"]) == list(range(60)) == list(a["step"])  # the last step too, written at close
+        for col in ("loss", "grad_norm", "n_backward"):
+            assert np.allclose(a[col], b[col], equal_nan=True), col
+        window, later_window = set(np.flatnonzero(a["capture"])), set(np.flatnonzero(b["capture"]))
+        assert explode_at in window and window <= later_window  # the window of a deferred trigger ends a step later
+        assert later_window - window <= {explode_at + 6}
+        assert (explode_at, "grad_explode") in now_anomalies and now_anomalies == later_anomalies
+        assert [(e.step, e.name) for e in later.events() if e.kind == "trigger"] == later_anomalies
+        # the tensors were captured from the step at hand: the next one, when the trigger step was deferred
+        captured = {t.step for t in now.tensors() if t.role == "gradient"}
+        assert explode_at in captured
+        assert {t.step for t in later.tensors() if t.role == "gradient"} == captured - {explode_at} | {explode_at + 1}
+
+
+def test_breakpoints_keep_deferred_reading_off(tmp_path: Path) -> None:
+    """A --break condition stops the run on the step where it holds, deferral asked for or not."""
+    from gradsight.runtime.session import GradsightStop
+
+    model = _mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    gen = torch.Generator().manual_seed(1)
+    handle = gradsight.watch(model, opt, store=tmp_path / "run.db", defer=True, breaks=["grad_norm > 1000"])
+    with pytest.raises(GradsightStop, match="at step 12"):
+        for step in range(40):
+            x = torch.randn(32, 8, generator=gen)
+            opt.zero_grad()
+            loss = (model(x) - x.sum(1, keepdim=True)).pow(2).mean()
+            (loss * (1e4 if step == 12 else 1.0)).backward()
+            opt.step()
+    assert handle.step == 13
+    handle.close()
+    with RunStore(handle.store) as run:
+        assert run.steps()["step"].max() == 12

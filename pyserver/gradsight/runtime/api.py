@@ -54,12 +54,14 @@ class Handle:
 
 def watch(model: nn.Module, optimizer: torch.optim.Optimizer | None = None, *, store: str | os.PathLike[str] = "run.db",
           triggers: str | Iterable[str] = BUILTIN, every: int = DEFAULT_EVERY, capture_window: int = DEFAULT_CAPTURE_WINDOW,
-          breaks: Iterable[str] = (), thresholds: Thresholds | None = None) -> Handle:
+          breaks: Iterable[str] = (), thresholds: Thresholds | None = None, defer: bool | None = None) -> Handle:
     """Watch ``model`` from now on, writing the run store ``store``.
 
     ``triggers``: built-in names (loss_spike, grad_explode, nan_inf, vanishing, dead_units) and/or
     conditions such as ``"layer('fc1').grad_norm > 50"``. ``every``: activation statistics every N steps.
     ``breaks``: conditions that pause under a debugger (or stop the run without one).
+    ``defer``: read each step's gradient norms one step later so the host never waits for the
+    accelerator (default: on CUDA, off while breakpoints or watches are set).
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"gradsight.watch: model must be a torch.nn.Module, got {type(model).__name__}")
@@ -68,7 +70,7 @@ def watch(model: nn.Module, optimizer: torch.optim.Optimizer | None = None, *, s
     spec = [triggers] if isinstance(triggers, str) else list(triggers)
     names, conds = parse_trigger_list(spec)
     settings = Settings(triggers=tuple(names), conditions=tuple(conds), breaks=tuple(parse(b) for b in breaks),
-                        every=every, capture_window=capture_window, thresholds=thresholds or Thresholds())
+                        every=every, capture_window=capture_window, thresholds=thresholds or Thresholds(), defer=defer)
     return Handle(Session(store, model=model, optimizer=optimizer, settings=settings))
 
 

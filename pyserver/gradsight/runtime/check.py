@@ -90,6 +90,7 @@ def check(condition: str, depth: int = 1) -> bool:
 def _check(cond: Condition, frame: FrameType) -> bool:
     active = _session.ACTIVE
     if active is not None and not active.closed and active.layout is not None and active.history is not None:
+        active.stay_in_step()
         layout, past, step = active.layout, active.history, active.step
         losses = [float(x) for x in active._losses]
         loss = float(np.mean(losses)) if losses else _frame_loss(frame)

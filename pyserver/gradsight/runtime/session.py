@@ -68,6 +68,9 @@ class Settings:
     capture_window: int = DEFAULT_CAPTURE_WINDOW
     capture_bytes: int = DEFAULT_CAPTURE_BYTES
     thresholds: Thresholds = field(default_factory=Thresholds)
+    # Read a step's gradient norms one step later, so the host never waits for the accelerator
+    # (None: on CUDA). Triggers still report the right step; breakpoints and watches keep it off.
+    defer: bool | None = None
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -78,6 +81,7 @@ class Settings:
             "capture_window": self.capture_window,
             "capture_bytes": self.capture_bytes,
             "thresholds": self.thresholds.__dict__,
+            "defer": self.defer,
         }
 
 
@@ -86,6 +90,23 @@ class _Action:
     fired: Fired
     kind: str  # "pause" (debugger) or "stop" (--break without debugger)
     frame: Any = None
+
+
+@dataclass
+class _Pending:
+    """A common step whose gradient norms (and loss) are still being copied from the accelerator."""
+
+    step: int
+    host: torch.Tensor  # the norms, then the loss when has_loss: pinned memory, filled by an async copy
+    event: Any  # a torch.cuda.Event recorded after the copy (None on the host)
+    n: int
+    has_loss: bool
+    explicit_loss: float | None
+    lr: float | None
+    n_backward: int
+    zeroed: int | None
+    when: float  # perf_counter() when the step was gathered
+    wall: float
 
 
 class Session:
@@ -147,6 +168,10 @@ class Session:
         self._errors: set[str] = set()
         self._broken = False
         self._last_time = time.perf_counter()
+        self._pending: _Pending | None = None
+        self._in_step = False  # deferral turned off for good (a debugger condition reads the history)
+        self._ring: list[tuple[torch.Tensor, Any]] = []  # two pinned buffers with their events, used in turn
+        self._ring_next = 0
         self._order_known = False
         self._params_state: dict[int, tuple[int, int, int]] = {}
         self._warned_unstepped = False
@@ -177,10 +202,17 @@ class Session:
         self._guard("step", self._end_step)
         self._run_actions()
 
+    def stay_in_step(self) -> None:
+        """Process every step before the next one runs from now on (a breakpoint condition
+        evaluated in the user's frame reads this run's history), and what is pending now."""
+        self._in_step = True
+        self._finish_pending()
+
     def close(self, status: str = "finished") -> None:
         global ACTIVE
         if self.closed:
             return
+        self._finish_pending()
         self.closed = True
         self._hooks.remove()
         if self._finder is not None:
@@ -345,9 +377,10 @@ class Session:
     def _sampled(self, step: int) -> bool:
         return step % self.settings.every == 0 or step <= self._capture_until or not self._order_known
 
-    def _collect_fast(self, layout: Layout) -> tuple[gs.GradSample, dict[str, np.ndarray], float | None] | None:
+    def _collect_fast(self, layout: Layout) -> tuple[gs.GradSample, dict[str, np.ndarray], float | None] | _Pending | None:
         """The common step (not sampled, every parameter has a gradient, one loss, nothing pending):
-        one fused norm, one copy, one matrix product. None when the general path is needed."""
+        one fused norm, one copy, one matrix product; on an accelerator the copy is read a step later
+        (a :class:`_Pending`) when deferral is on. None when the general path is needed."""
         if self._prebw is not None or self._upd_ids is not None or self._input_stats is not None or len(self._losses) > 1 or layout.sparse:
             return None
         grads = [p.grad for p in layout.params]
@@ -366,8 +399,10 @@ class Session:
             if loss_t.device != vec.device:
                 return None
             vec = torch.cat([vec, loss_t.reshape(1).to(torch.float32)])
-        host = vec.numpy() if on_cpu else vec.cpu().numpy()
         n = len(grads)
+        if self._deferring(vec.device):
+            return self._defer(vec, n, loss_t is not None and not on_cpu)
+        host = vec.numpy() if on_cpu else vec.cpu().numpy()
         l2 = host[:n]
         if self._explicit_loss is not None:
             loss: float | None = self._explicit_loss
@@ -375,9 +410,49 @@ class Session:
             loss = None
         else:
             loss = float(loss_t) if on_cpu else float(host[n])
-        norm = np.sqrt(layout.member32 @ (l2 * l2)).astype(np.float64)
-        norm[layout.no_params] = np.nan
-        return gs.GradSample(layout.all_params, True, l2), {"grad_norm": norm, "grad_present": layout.module_has_params}, loss
+        return gs.GradSample(layout.all_params, True, l2), _fast_mods(layout, l2), loss
+
+    def _deferring(self, device: torch.device) -> bool:
+        wanted = self.settings.defer
+        if wanted is None:
+            wanted = device.type == "cuda"
+        if not wanted or self._actions or self._in_step:
+            return False
+        self._refresh_watches()  # a watch set from the editor turns deferral off before its step
+        return not self.watch_triggers
+
+    def _defer(self, vec: torch.Tensor, n: int, loss_in_vec: bool) -> _Pending:
+        """Start the copy of this step's values to the host; :meth:`_finish` reads them a step later."""
+        loss_t = self._losses[0] if self._losses and not loss_in_vec else None
+        if vec.device.type == "cuda":
+            if not self._ring or self._ring[0][0].shape != vec.shape:
+                self._ring = [(torch.empty(vec.shape, dtype=torch.float32, pin_memory=True), torch.cuda.Event()) for _ in range(2)]
+            host, event = self._ring[self._ring_next]
+            self._ring_next = 1 - self._ring_next
+            host.copy_(vec, non_blocking=True)
+            event.record()
+        else:  # on the host already (deferral forced on for the CPU, as in tests)
+            host, event = vec if loss_t is None else torch.cat([vec, loss_t.detach().reshape(1).float()]), None
+            loss_in_vec = loss_in_vec or loss_t is not None
+        return _Pending(self.step, host, event, n, loss_in_vec, self._explicit_loss, self._lr(), self._n_backward,
+                        self._zeroed_flag({}), time.perf_counter(), time.time())
+
+    def _finish_pending(self) -> None:
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            self._guard("step", lambda: self._finish(pending))
+
+    def _finish(self, p: _Pending) -> None:
+        """Process a deferred step now that its values are on the host."""
+        layout = self.layout
+        assert layout is not None
+        if p.event is not None:
+            p.event.synchronize()
+        host = p.host.numpy().copy()  # the pinned buffer is reused two steps on
+        l2 = host[: p.n]
+        loss = p.explicit_loss if p.explicit_loss is not None else (float(host[p.n]) if p.has_loss else None)
+        self._process(p.step, gs.GradSample(layout.all_params, True, l2), _fast_mods(layout, l2), loss, {}, [],
+                      sampled=False, lr=p.lr, zeroed=p.zeroed, n_backward=p.n_backward, when=p.when, wall=p.wall)
 
     def _begin_step(self) -> None:
         layout, history = self.layout, self.history
@@ -385,6 +460,12 @@ class Session:
         t = self._transfer
         sampled = self._sampled(step)
         fast = None if sampled or layout is None else self._collect_fast(layout)
+        if isinstance(fast, _Pending):  # read the previous step's values, whose copy has landed meanwhile
+            previous, self._pending = self._pending, fast
+            if previous is not None:
+                self._finish(previous)
+            return
+        self._finish_pending()  # steps are processed in order
         act_ids: list[tuple[int, int, int, int]] = []
         host: dict[str, np.ndarray] = {}
         if fast is not None:
@@ -421,6 +502,15 @@ class Session:
             mods = gs.per_module(layout, sample)
             mods["grad_present"] = layout.module_has_params if sample.all_present else layout.member @ sample.present.astype(np.float64)
             loss = self._loss(host)
+        self._process(step, sample, mods, loss, host, act_ids, sampled=sampled, lr=self._lr(), zeroed=self._zeroed_flag(host),
+                      n_backward=self._n_backward, when=time.perf_counter(), wall=time.time())
+
+    def _process(self, step: int, sample: gs.GradSample, mods: dict[str, np.ndarray], loss: float | None, host: dict[str, np.ndarray],
+                 act_ids: list[tuple[int, int, int, int]], *, sampled: bool, lr: float | None, zeroed: int | None, n_backward: int,
+                 when: float, wall: float) -> None:
+        """Triggers, watches, capture and the store rows of one step from its host-side values.
+        ``step`` is this step, or the one before when its values were deferred (:meth:`_finish`)."""
+        layout, history = self.layout, self.history
         assert layout is not None and history is not None
         present = sample.present
         if sample.all_present:
@@ -431,14 +521,14 @@ class Session:
         if loss is not None and math.isfinite(loss) and len(self._loss_start) < LOSS_SCALE_STEPS:
             self._loss_start.append(abs(loss))
             self._loss_scale = float(np.median(self._loss_start))
-        lr = self._lr()
         scalars: dict[str, float] = {"step": float(step), "loss": _nan(loss), "lr": _nan(lr), "loss_scale": self._loss_scale,
                                      "grad_norm": _nan(gnorm), "grad_max": _nan(gmax),
                                      "loss_nonfinite": float(loss is not None and not math.isfinite(loss)),
                                      "grad_nonfinite": float(gnorm is not None and not math.isfinite(gnorm)),
                                      "first_nonfinite_module": math.nan}
-        if scalars["grad_nonfinite"]:
-            counts = gs.nonfinite_counts(layout, sample)
+        if scalars["grad_nonfinite"]:  # (a deferred step's gradients are gone: at least one per non-finite norm)
+            counts = gs.nonfinite_counts(layout, sample) if step == self.step else np.where(
+                sample.present & ~np.isfinite(sample.l2), 1.0, 0.0)
             if counts is not None:
                 mods["nan_count"] = layout.member @ counts
         if act_ids:
@@ -461,8 +551,10 @@ class Session:
         anomalies = [f for f in fired if f.trigger in self.triggers]
         capture = step <= self._capture_until
         if anomalies and not capture:
-            self._capture_until = step + self.settings.capture_window
-            replay_first = self._capture(step, anomalies, mods, history)
+            # a deferred step is past: capture the step at hand (its gradients and input are still here)
+            at = self.step
+            self._capture_until = at + self.settings.capture_window
+            replay_first = self._capture(at, anomalies, mods, history)
             if replay_first is not None:
                 for f in anomalies:
                     if f.trigger == "nan_inf":
@@ -472,8 +564,9 @@ class Session:
         for f in anomalies:
             self.anomalies.append((step, f.trigger))
             self.writer.put_event(step, EVENT_TRIGGER, f.trigger, module=f.module, condition=f.condition, value=f.value,
-                                  message=f.message, data={"capture_until": self._capture_until})
-        self._write_step(step, loss, sampled=sampled, grad_norm=gnorm, grad_max=gmax, zeroed=self._zeroed_flag(host), capture=capture, lr=lr)
+                                  message=f.message, data={"capture_until": self._capture_until, **({"captured_at": self.step} if step != self.step else {})})
+        self._write_step(step, loss, sampled=sampled, grad_norm=gnorm, grad_max=gmax, zeroed=zeroed, capture=capture, lr=lr,
+                         n_backward=n_backward, when=when, wall=wall)
         for kind in ("grad_norm", "grad_max", "grad_mean", "grad_zero_frac", "weight_norm", "nan_count", *act.FIELDS):
             if kind in mods:
                 self.writer.put_metric(step, kind, mods[kind])
@@ -678,13 +771,14 @@ class Session:
         return float(lr) if lr is not None else None
 
     def _write_step(self, step: int, loss: float | None, *, sampled: bool, grad_norm: float | None, grad_max: float | None,
-                    zeroed: int | None, capture: bool = False, lr: float | None = None) -> None:
-        now = time.perf_counter()
+                    zeroed: int | None, capture: bool = False, lr: float | None = None, n_backward: int | None = None,
+                    when: float | None = None, wall: float | None = None) -> None:
+        now = time.perf_counter() if when is None else when
         if lr is None:
             lr = self._lr()
         finite = None if loss is None else int(math.isfinite(loss))
-        self.writer.execute(_STEP_SQL, (step, time.time(), now - self._last_time, loss, lr, grad_norm, grad_max, int(sampled),
-                                        self._n_backward, zeroed, int(capture), finite))
+        self.writer.execute(_STEP_SQL, (step, time.time() if wall is None else wall, now - self._last_time, loss, lr, grad_norm, grad_max,
+                                        int(sampled), self._n_backward if n_backward is None else n_backward, zeroed, int(capture), finite))
         self._last_time = now
 
     def _write_order(self, order: list[int]) -> None:
@@ -756,6 +850,13 @@ def _windows(cond: Condition) -> list[int]:
 
     walk(cond.root)
     return out
+
+
+def _fast_mods(layout: Layout, l2: np.ndarray) -> dict[str, np.ndarray]:
+    """Per-module gradient norms of a step where every parameter has a gradient."""
+    norm = np.sqrt(layout.member32 @ (l2 * l2)).astype(np.float64)
+    norm[layout.no_params] = np.nan
+    return {"grad_norm": norm, "grad_present": layout.module_has_params}
 
 
 def _is_leaf(m: nn.Module) -> bool:
