@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # gradsight's overhead on a CUDA GPU, for a session lent one: one command, under 5 minutes.
 #   bash benchmarks/gpu_check.sh [OUT_DIR]
-# Runs the interleaved overhead benchmark (plain vs gradsight defaults vs full detail) on the tiny
+# Checks that deferred reading records the same run on CUDA (defer_check.py), times the activation
+# reductions (activation_ops.py), runs the interleaved overhead benchmark (plain vs gradsight
+# defaults vs defaults read at once vs full detail) on the tiny
 # BERT, the demo transformer and the CNN, then torch.autograd.detect_anomaly beside them (peers.py,
 # the peers that are installed). Needs python3 with torch (CUDA) and transformers; no install.
 set -euo pipefail
@@ -15,7 +17,9 @@ import torch
 assert torch.cuda.is_available(), "no CUDA GPU visible to torch"
 print(f"torch {torch.__version__}, CUDA {torch.version.cuda}, {torch.cuda.get_device_name()}")
 PY
-"$PY" benchmarks/overhead.py --device cuda --models bert,demo,cnn --rounds 5 --steps 200 --full 2>&1 | tee "$OUT/overhead.txt"
+"$PY" benchmarks/defer_check.py --device cuda 2>&1 | tee "$OUT/defer.txt"
+"$PY" benchmarks/activation_ops.py --device cuda 2>&1 | tee "$OUT/activation-ops.txt"
+"$PY" benchmarks/overhead.py --device cuda --models bert,demo,cnn --rounds 5 --steps 200 --full --sync 2>&1 | tee "$OUT/overhead.txt"
 if [ -f benchmarks/peers.py ]; then
   "$PY" benchmarks/peers.py --device cuda --models bert,demo,cnn --rounds 3 --steps 100 2>&1 | tee "$OUT/peers.txt"
 fi

@@ -167,19 +167,23 @@ def time_block(step: Step, n: int, device: str) -> list[float]:
     return out
 
 
-def measure(name: str, device: str, rounds: int, steps: int, modes: dict[str, int | None], tmp: Path) -> dict[str, list[float]]:
+Mode = tuple[int, bool | None] | None  # (every, defer) of a watched mode; None: plain
+
+
+def measure(name: str, device: str, rounds: int, steps: int, modes: dict[str, Mode], tmp: Path) -> dict[str, list[float]]:
     """Per round, each mode's mean ms/step over its block (a mean, so sampled steps count in full);
     also, under '<mode> hooks', the ms/step spent inside gradsight's callbacks."""
     model, opt, step = SETUPS[name](device)
     time_block(step, 10, device)  # warm up
     out: dict[str, list[float]] = {m: [] for m in modes}
-    out.update({f"{m} hooks": [] for m, every in modes.items() if every is not None})
+    out.update({f"{m} hooks": [] for m, spec in modes.items() if spec is not None})
     for r in range(rounds):
-        for mode, every in modes.items():
-            if every is None:
+        for mode, spec in modes.items():
+            if spec is None:
                 block = time_block(step, steps, device)
             else:
-                handle = watch(model, opt, store=tmp / f"{name}-{mode}-{r}.db", every=every)
+                every, defer = spec
+                handle = watch(model, opt, store=tmp / f"{name}-{mode}-{r}.db", every=every, defer=defer)
                 IN_HOOKS[0] = 0.0
                 try:
                     block = time_block(step, steps, device)
@@ -198,10 +202,13 @@ def main() -> None:
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--every", type=int, default=DEFAULT_EVERY)
     ap.add_argument("--full", action="store_true", help="also measure full detail (activation statistics every step)")
+    ap.add_argument("--sync", action="store_true", help="also measure defaults with deferred reading off (it is on by default on CUDA)")
     args = ap.parse_args()
-    modes: dict[str, int | None] = {"plain": None, "gradsight": args.every}
+    modes: dict[str, Mode] = {"plain": None, "gradsight": (args.every, None)}
+    if args.sync:
+        modes["sync"] = (args.every, False)
     if args.full:
-        modes["full"] = 1
+        modes["full"] = (1, None)
     print(f"device {args.device}, torch {torch.__version__}, threads {torch.get_num_threads()}, "
           f"{args.rounds} rounds x {args.steps} steps per mode, interleaved")
     header = f"{'model':<8}" + "".join(f"{m + ' ms/step':>20}" for m in modes) + "".join(f"{m + ' ratio':>16}" for m in modes if m != "plain")

@@ -71,6 +71,17 @@ def count_nonzero(x: torch.Tensor) -> torch.Tensor:
     return torch.count_nonzero(x).float()
 
 
+def _zero_counts(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+    """Zero entries per tensor: one fused call (the 0-"norm" counts non-zeros) on accelerators,
+    a float pass per tensor on CPU (see :func:`count_nonzero`)."""
+    if tensors and all(t.device.type != "cpu" for t in tensors):
+        try:
+            return [t.numel() - c for t, c in zip(tensors, torch._foreach_norm(tensors, 0))]
+        except RuntimeError:
+            pass
+    return [t.numel() - count_nonzero(t) for t in tensors]
+
+
 @dataclass
 class GradSample:
     """Host-side per-parameter values of one step (NaN where a parameter has no value)."""
@@ -99,7 +110,7 @@ def queue_grads(layout: Layout, transfer: Transfer, sampled: bool) -> list[int] 
     if sampled:
         transfer.add("linf", foreach_norm(grads_t, float("inf")))
         transfer.add("l1", foreach_norm(grads_t, 1.0))
-        transfer.add("zeros", [g.numel() - count_nonzero(g) for g in grads_t])
+        transfer.add("zeros", _zero_counts(grads_t))
         transfer.add("weight_l2", foreach_norm([p.detach() for p in layout.params], 2.0))
     return idx
 
@@ -108,7 +119,7 @@ def read_grads(layout: Layout, host: dict[str, np.ndarray], idx: list[int] | Non
     n = len(layout.params)
     if idx is None:
         present = layout.all_params
-        l2 = host.get("l2", np.zeros(0))
+        l2 = host.get("l2", np.zeros(0)).astype(np.float64)
         return GradSample(present, True, l2, _f64(host.get("linf")), _f64(host.get("l1")), _f64(host.get("zeros")), _f64(host.get("weight_l2")))
 
     def spread(values: np.ndarray | None) -> np.ndarray | None:
@@ -120,7 +131,7 @@ def read_grads(layout: Layout, host: dict[str, np.ndarray], idx: list[int] | Non
 
     present = np.zeros(n, dtype=bool)
     present[idx] = True
-    spread_l2 = spread(host.get("l2", np.zeros(0)))
+    spread_l2 = spread(host.get("l2", np.zeros(0)).astype(np.float64))
     assert spread_l2 is not None
     return GradSample(present, False, spread_l2, spread(host.get("linf")), spread(host.get("l1")), spread(host.get("zeros")),
                       _f64(host.get("weight_l2")))
@@ -130,12 +141,26 @@ def _f64(a: np.ndarray | None) -> np.ndarray | None:
     return None if a is None else a.astype(np.float64)
 
 
+def module_norms(member: np.ndarray, l2: np.ndarray) -> np.ndarray:
+    """Per-module L2 norms from per-parameter ones. A non-finite norm spreads to the modules holding
+    that parameter only (a plain matrix product would turn every module's 0 * inf into NaN)."""
+    sq = l2 * l2
+    bad = ~np.isfinite(sq)
+    if not bad.any():
+        return np.sqrt(member @ sq)
+    norm = np.sqrt(member @ np.where(bad, 0.0, sq))
+    for j in np.flatnonzero(bad):  # NaN wins over inf
+        rows = member[:, j] > 0
+        norm[rows] = np.where(np.isnan(norm[rows]), np.nan, sq[j])
+    return norm
+
+
 def per_module(layout: Layout, s: GradSample) -> dict[str, np.ndarray]:
     """Per-module gradient metrics (modules x values) from per-parameter ones: one matrix product each."""
     m = layout.member
     out: dict[str, np.ndarray] = {}
     if s.all_present:  # the per-step path: no masking, no warnings to silence
-        norm = np.sqrt(m @ (s.l2 * s.l2))
+        norm = module_norms(m, s.l2)
         norm[layout.no_params] = np.nan
         out["grad_norm"] = norm
         none = layout.no_params
@@ -143,7 +168,7 @@ def per_module(layout: Layout, s: GradSample) -> dict[str, np.ndarray]:
     else:
         none = (m @ s.present.astype(np.float64)) == 0
         with np.errstate(invalid="ignore", over="ignore"):
-            norm = np.sqrt(m @ np.where(s.present, s.l2 * s.l2, 0.0))
+            norm = module_norms(m, np.where(s.present, s.l2, 0.0))
         norm[none] = np.nan
         out["grad_norm"] = norm
         numel = m @ (layout.numel * s.present)
@@ -185,7 +210,10 @@ class UpdateTracker:
     def before(self, layout: Layout, ids: list[int]) -> None:
         params = [layout.params[j].detach() for j in ids]
         self._ids = ids
-        self._before = [p.clone() for p in params]
+        try:  # one fused copy
+            self._before = list(torch._foreach_mul(params, 1.0))
+        except RuntimeError:
+            self._before = [p.clone() for p in params]
 
     def after(self, layout: Layout, transfer: Transfer) -> list[int] | None:
         """Queue ||dW||_1 and ||W||_1 for the next transfer; returns the parameter ids they belong to."""

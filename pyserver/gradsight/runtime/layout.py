@@ -39,7 +39,6 @@ class Layout:
         # derived once: the per-step path only reads these
         self.all_params = np.ones(len(self.params), dtype=bool)
         self.module_numel = self.member @ self.numel
-        self.member32 = self.member.astype(np.float32)
         self.module_has_params = self.member.sum(axis=1)
         self.no_params = self.module_has_params == 0
         self.owns_params = np.zeros(len(self.modules), dtype=bool)

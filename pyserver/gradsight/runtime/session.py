@@ -403,7 +403,7 @@ class Session:
         if self._deferring(vec.device):
             return self._defer(vec, n, loss_t is not None and not on_cpu)
         host = vec.numpy() if on_cpu else vec.cpu().numpy()
-        l2 = host[:n]
+        l2 = host[:n].astype(np.float64)  # (squares of norms beyond 1.8e19 overflow float32)
         if self._explicit_loss is not None:
             loss: float | None = self._explicit_loss
         elif loss_t is None:
@@ -449,7 +449,7 @@ class Session:
         if p.event is not None:
             p.event.synchronize()
         host = p.host.numpy().copy()  # the pinned buffer is reused two steps on
-        l2 = host[: p.n]
+        l2 = host[: p.n].astype(np.float64)
         loss = p.explicit_loss if p.explicit_loss is not None else (float(host[p.n]) if p.has_loss else None)
         self._process(p.step, gs.GradSample(layout.all_params, True, l2), _fast_mods(layout, l2), loss, {}, [],
                       sampled=False, lr=p.lr, zeroed=p.zeroed, n_backward=p.n_backward, when=p.when, wall=p.wall)
@@ -854,7 +854,7 @@ def _windows(cond: Condition) -> list[int]:
 
 def _fast_mods(layout: Layout, l2: np.ndarray) -> dict[str, np.ndarray]:
     """Per-module gradient norms of a step where every parameter has a gradient."""
-    norm = np.sqrt(layout.member32 @ (l2 * l2)).astype(np.float64)
+    norm = gs.module_norms(layout.member, l2)
     norm[layout.no_params] = np.nan
     return {"grad_norm": norm, "grad_present": layout.module_has_params}
 
