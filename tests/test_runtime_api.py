@@ -195,3 +195,21 @@ def test_breakpoints_keep_deferred_reading_off(tmp_path: Path) -> None:
     handle.close()
     with RunStore(handle.store) as run:
         assert run.steps()["step"].max() == 12
+
+
+def test_a_persistent_condition_seen_on_sampled_steps_fires_once(tmp_path: Path) -> None:
+    """Half the hidden units dead for the whole run: one dead_units anomaly (and one capture window),
+    not one at every sampled step."""
+    model = _mlp()
+    with torch.no_grad():
+        model[2].bias[:8] = -100.0  # these ReLU units never fire, and get no gradient to come back
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    with gradsight.watch(model, opt, store=tmp_path / "run.db", every=10) as handle:
+        _train(model, opt, 60)
+    assert [k for _, k in handle.anomalies] == ["dead_units"]
+    with RunStore(handle.store) as run:
+        sampled = run.steps()["sampled"]
+        assert sampled.sum() >= 6  # seen on every sampled step
+        relu = next(m.id for m in run.modules() if m.name == "3")
+        dead = run.metric("dead_frac")[1][:, relu]
+        assert len(dead) == sampled.sum() and dead.min() >= 0.5

@@ -37,7 +37,7 @@ from .hooks import GlobalHooks, RootFinder
 from .layout import WEIGHTED, Layout, first_tensor
 from .pause import debugger_attached, pause, user_frame
 from .sourcemap import map_modules
-from .triggers import BUILTIN, Fired, History, QuickCheck, StepValues, Trigger, build, condition_check
+from .triggers import BUILTIN, Fired, History, QuickCheck, StepValues, Trigger, build, condition_check, condition_needs
 
 # A sampled step (activation statistics of every module, update ratio) costs 0.4-0.8x
 # a plain step in gradsight's own time (benchmarks/overhead.py, "full" in-hook share);
@@ -312,7 +312,7 @@ class Session:
         all_triggers = build(layout.names, self.settings.thresholds, own, weighted, numel, self.settings.capture_window)
         self.triggers = {k: v for k, v in all_triggers.items() if k in self.settings.triggers}
         for cond in self.settings.conditions:
-            self.triggers[cond.text] = Trigger(cond.text, condition_check(cond, cond.text), self.settings.capture_window)
+            self.triggers[cond.text] = Trigger(cond.text, condition_check(cond, cond.text), self.settings.capture_window, condition_needs(cond))
         self._quick = QuickCheck(self.settings.thresholds, np.flatnonzero(own), np.flatnonzero(weighted), numel)
         self._layer_triggers = [v for k, v in self.triggers.items() if k in ("grad_explode", "nan_inf", "vanishing", "dead_units")]
         self._other_triggers = [v for v in self.triggers.values() if v not in self._layer_triggers]
@@ -622,7 +622,7 @@ class Session:
         fired: list[Fired] = []
         if self._quick.quiet(history):
             for trig in self._layer_triggers:
-                trig.quiet_step()
+                trig.quiet_step(history)
             checks = self._other_triggers
         else:
             checks = list(self.triggers.values())

@@ -115,19 +115,24 @@ class QuickCheck:
 
 
 class Trigger:
-    """A check with a latch."""
+    """A check with a latch: after it fires it re-arms once the check has not held for ``rearm`` steps.
 
-    def __init__(self, name: str, check: Check, rearm: int) -> None:
+    ``needs``: a metric measured on sampled steps only. A step without it cannot show the condition,
+    so it does not count towards re-arming: a persistent condition seen on sampled steps fires once,
+    not at every sampled step."""
+
+    def __init__(self, name: str, check: Check, rearm: int, needs: str | None = None) -> None:
         self.name = name
         self.check = check
         self.rearm = max(1, rearm)
+        self.needs = needs
         self._quiet = self.rearm  # steps since the check last held
         self.fired = 0
 
     def __call__(self, history: History) -> Fired | None:
         hit = self.check(history)
         if hit is None:
-            self.quiet_step()
+            self.quiet_step(history)
             return None
         ready = self._quiet >= self.rearm
         self._quiet = 0
@@ -136,8 +141,21 @@ class Trigger:
         self.fired += 1
         return hit
 
-    def quiet_step(self) -> None:
+    def quiet_step(self, history: History) -> None:
+        if self.needs is not None and self.needs not in history.current.modules:
+            return
         self._quiet += 1
+
+
+# metrics measured on sampled steps only (activation statistics and the finer gradient statistics)
+SAMPLED_ONLY = frozenset({"act_min", "act_max", "act_mean", "act_std", "act_zero_frac", "dead_frac", "sat_frac", "in_dead_frac",
+                          "grad_mean", "grad_max", "grad_zero_frac", "weight_norm", "update_ratio"})
+
+
+def condition_needs(cond: Condition) -> str | None:
+    """The sampled-only metric a condition reads, if any (see :class:`Trigger`)."""
+    wanted = sorted(cond.metrics & SAMPLED_ONLY)
+    return wanted[0] if wanted else None
 
 
 def loss_spike(t: Thresholds) -> Check:
@@ -345,7 +363,7 @@ def build(names: list[str], t: Thresholds, own: np.ndarray, weighted: np.ndarray
         "vanishing": vanishing(t, weighted_ids, numel),
         "dead_units": dead_units(t, weighted_ids),
     }
-    return {k: Trigger(k, v, rearm) for k, v in checks.items()}
+    return {k: Trigger(k, v, rearm, needs="grad_zero_frac" if k == "dead_units" else None) for k, v in checks.items()}
 
 
 def parse_trigger_list(spec: list[str]) -> tuple[list[str], list[Condition]]:
