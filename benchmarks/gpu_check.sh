@@ -20,6 +20,7 @@ PY
 "$PY" benchmarks/defer_check.py --device cuda 2>&1 | tee "$OUT/defer.txt"
 "$PY" benchmarks/activation_ops.py --device cuda 2>&1 | tee "$OUT/activation-ops.txt"
 "$PY" benchmarks/overhead.py --device cuda --models bert,demo,cnn --rounds 5 --steps 200 --full --sync 2>&1 | tee "$OUT/overhead.txt"
+"$PY" benchmarks/overhead.py --device cuda --models bert-base --rounds 3 --steps 100 --full --sync 2>&1 | tee "$OUT/overhead-bert-base.txt"
 if [ -f benchmarks/peers.py ]; then
   "$PY" benchmarks/peers.py --device cuda --models bert,demo,cnn --rounds 3 --steps 100 2>&1 | tee "$OUT/peers.txt"
 fi

@@ -80,21 +80,31 @@ class Task:
         self.opt.step()
 
 
-def bert_task(device: str) -> Task:
+def _bert(device: str, hidden: int, layers: int, heads: int, batch: int, seq: int) -> Task:
     from transformers import BertConfig, BertForSequenceClassification
 
     torch.manual_seed(0)
-    config = BertConfig(vocab_size=1000, hidden_size=128, num_hidden_layers=2, num_attention_heads=2,
-                        intermediate_size=512, max_position_embeddings=128, num_labels=4)
+    config = BertConfig(vocab_size=1000, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
+                        intermediate_size=4 * hidden, max_position_embeddings=max(128, seq), num_labels=4)
     model = BertForSequenceClassification(config).to(device).train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    pool = [(torch.randint(0, 1000, (16, 64), device=device), torch.randint(0, 4, (16,), device=device)) for _ in range(POOL)]
+    pool = [(torch.randint(0, 1000, (batch, seq), device=device), torch.randint(0, 4, (batch,), device=device)) for _ in range(POOL)]
 
     def forward(m: nn.Module, batch: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, torch.Tensor]:
         ids, labels = batch
         return m(input_ids=ids).logits, labels
 
     return Task(model, opt, itertools.cycle(pool), forward)
+
+
+def bert_task(device: str) -> Task:
+    """A tiny BERT (2 layers, hidden 128): on a GPU its step is bound by kernel launches."""
+    return _bert(device, 128, 2, 2, 16, 64)
+
+
+def bert_base_task(device: str) -> Task:
+    """BERT-base's shape (12 layers, hidden 768, 86M parameters), batch 32 x 128: a GPU-bound step (for GPUs)."""
+    return _bert(device, 768, 12, 12, 32, 128)
 
 
 def demo_task(device: str) -> Task:
@@ -138,7 +148,7 @@ def cnn_task(device: str) -> Task:
     return Task(model, opt, itertools.cycle([batch() for _ in range(POOL)]), forward)
 
 
-TASKS = {"bert": bert_task, "demo": demo_task, "cnn": cnn_task}
+TASKS = {"bert": bert_task, "demo": demo_task, "cnn": cnn_task, "bert-base": bert_base_task}
 
 
 def _setup(name: str) -> Callable[[str], tuple[nn.Module, torch.optim.Optimizer, Step]]:
