@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from gradsight.store import RunStore, add_watch
+from gradsight.store import RunStore, StoreError, add_watch
 
 from .conftest import FAULTS, ROOT
 from .dap import DapClient, free_port
@@ -58,7 +58,7 @@ def test_scoped_watch_from_the_store_pauses_in_the_users_frame(tmp_path: Path) -
     try:
         client.attach()
         deadline = time.monotonic() + 60
-        while not store.exists() and time.monotonic() < deadline:
+        while not _ready(store) and time.monotonic() < deadline:  # the file exists a moment before its tables
             time.sleep(0.05)
         # what the editor does for a tensor breakpoint on the line `self.fc1 = nn.Linear(...)`
         add_watch(store, "grad_norm > 50", module="fc1", file=str(FAULTS), line=17)
@@ -122,3 +122,11 @@ def test_check_without_a_session_finds_the_model_in_the_frame(tmp_path: Path) ->
     finally:
         code, err = _finish(client, proc, log)
     assert code == 0, err
+
+
+def _ready(store: Path) -> bool:
+    try:
+        RunStore(store).close()
+    except (StoreError, FileNotFoundError):
+        return False
+    return True

@@ -430,7 +430,7 @@ class Session:
             host, event = self._ring[self._ring_next]
             self._ring_next = 1 - self._ring_next
             host.copy_(vec, non_blocking=True)
-            event.record()
+            event.record(torch.cuda.current_stream(vec.device))
         else:  # on the host already (deferral forced on for the CPU, as in tests)
             host, event = vec if loss_t is None else torch.cat([vec, loss_t.detach().reshape(1).float()]), None
             loss_in_vec = loss_in_vec or loss_t is not None
@@ -551,8 +551,9 @@ class Session:
         anomalies = [f for f in fired if f.trigger in self.triggers]
         capture = step <= self._capture_until
         if anomalies and not capture:
-            # a deferred step is past: capture the step at hand (its gradients and input are still here)
-            at = self.step
+            # a deferred step is past: capture the step at hand (its gradients and input are still here),
+            # unless the run is closing and no later step ran
+            at = self.step if self._inputs and self._inputs[-1][0] == self.step else step
             self._capture_until = at + self.settings.capture_window
             replay_first = self._capture(at, anomalies, mods, history)
             if replay_first is not None:
