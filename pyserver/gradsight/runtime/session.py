@@ -394,14 +394,15 @@ class Session:
         except RuntimeError:  # mixed devices
             return None
         on_cpu = vec.device.type == "cpu"
+        defer = self._deferring(vec.device)
         loss_t = self._losses[0] if self._losses else None
-        if loss_t is not None and not on_cpu:  # one copy to the host for both
+        if loss_t is not None and (defer or not on_cpu):  # one copy to the host for both
             if loss_t.device != vec.device:
                 return None
             vec = torch.cat([vec, loss_t.reshape(1).to(torch.float32)])
         n = len(grads)
-        if self._deferring(vec.device):
-            return self._defer(vec, n, loss_t is not None and not on_cpu)
+        if defer:
+            return self._defer(vec, n, loss_t is not None)
         host = vec.numpy() if on_cpu else vec.cpu().numpy()
         l2 = host[:n].astype(np.float64)  # (squares of norms beyond 1.8e19 overflow float32)
         if self._explicit_loss is not None:
@@ -416,14 +417,15 @@ class Session:
         wanted = self.settings.defer
         if wanted is None:
             wanted = device.type == "cuda"
-        if not wanted or self._actions or self._in_step:
+        if not wanted or device.type not in ("cuda", "cpu") or self._actions or self._in_step:  # (other accelerators: no events here)
             return False
         self._refresh_watches()  # a watch set from the editor turns deferral off before its step
         return not self.watch_triggers
 
-    def _defer(self, vec: torch.Tensor, n: int, loss_in_vec: bool) -> _Pending:
-        """Start the copy of this step's values to the host; :meth:`_finish` reads them a step later."""
-        loss_t = self._losses[0] if self._losses and not loss_in_vec else None
+    def _defer(self, vec: torch.Tensor, n: int, has_loss: bool) -> _Pending:
+        """Start the copy of this step's values (norms, then the loss) to the host; :meth:`_finish`
+        reads them a step later."""
+        host, event = vec, None  # on the host already (deferral forced on for the CPU, as in tests)
         if vec.device.type == "cuda":
             if not self._ring or self._ring[0][0].shape != vec.shape:
                 self._ring = [(torch.empty(vec.shape, dtype=torch.float32, pin_memory=True), torch.cuda.Event()) for _ in range(2)]
@@ -431,10 +433,7 @@ class Session:
             self._ring_next = 1 - self._ring_next
             host.copy_(vec, non_blocking=True)
             event.record(torch.cuda.current_stream(vec.device))
-        else:  # on the host already (deferral forced on for the CPU, as in tests)
-            host, event = vec if loss_t is None else torch.cat([vec, loss_t.detach().reshape(1).float()]), None
-            loss_in_vec = loss_in_vec or loss_t is not None
-        return _Pending(self.step, host, event, n, loss_in_vec, self._explicit_loss, self._lr(), self._n_backward,
+        return _Pending(self.step, host, event, n, has_loss, self._explicit_loss, self._lr(), self._n_backward,
                         self._zeroed_flag({}), time.perf_counter(), time.time())
 
     def _finish_pending(self) -> None:
