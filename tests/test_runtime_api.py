@@ -213,3 +213,30 @@ def test_a_persistent_condition_seen_on_sampled_steps_fires_once(tmp_path: Path)
         relu = next(m.id for m in run.modules() if m.name == "3")
         dead = run.metric("dead_frac")[1][:, relu]
         assert len(dead) == sampled.sum() and dead.min() >= 0.5
+
+
+def test_update_ratio_of_a_large_layer_from_its_sample(tmp_path: Path) -> None:
+    """A 512x512 layer's update ratio comes from a strided sample of 1 in 16 weights, scaled up:
+    it matches the ratio computed from whole copies of the weights."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 1))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    big = model[2]
+    assert big.weight.numel() > gradstats.UPDATE_SAMPLE
+    with torch.no_grad():  # the bias's own ratio differs from the weight's: each sample must be scaled to its tensor
+        big.bias.fill_(10.0)
+    with gradsight.watch(model, opt, store=tmp_path / "run.db", every=10, triggers="none") as handle:
+        for step in range(11):
+            before = [p.detach().clone() for p in big.parameters()]
+            x = torch.randn(32, 64)
+            opt.zero_grad()
+            (model(x) - x[:, :1]).pow(2).mean().backward()
+            opt.step()
+            if step == 10:
+                delta = sum(float((p.detach() - b).abs().sum()) for p, b in zip(big.parameters(), before))
+                exact = delta / sum(float(b.abs().sum()) for b in before)
+    with RunStore(handle.store) as run:
+        steps, ratio = run.metric("update_ratio")
+        layer = next(m.id for m in run.modules() if m.name == "2")
+        assert list(steps) == [0, 10]
+        assert ratio[-1, layer] == pytest.approx(exact, rel=0.05)

@@ -9,6 +9,8 @@ matrix product over per-parameter values (:func:`per_module`).
 
 from __future__ import annotations
 
+import functools
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -200,26 +202,51 @@ def nonfinite_counts(layout: Layout, s: GradSample) -> np.ndarray | None:
     return counts
 
 
+UPDATE_SAMPLE = 16384  # elements per parameter whose update is measured
+
+
+@functools.lru_cache(maxsize=4096)
+def _sample_stride(numel: int) -> int:
+    """1 for a small tensor; otherwise the smallest prime >= numel / UPDATE_SAMPLE, so the sample walks
+    across every row and column of a matrix instead of always hitting the same columns."""
+    need = -(-numel // UPDATE_SAMPLE)
+    if need <= 1:
+        return 1
+    k = max(need, 2)
+    while any(k % d == 0 for d in range(2, math.isqrt(k) + 1)):
+        k += 1
+    return k
+
+
+def _update_sample(p: torch.Tensor) -> torch.Tensor:
+    """A strided sample over the whole tensor (every element when it is small): the update ratio of a
+    large parameter is estimated from at most UPDATE_SAMPLE elements instead of a copy of all of it."""
+    flat = p.detach().reshape(-1)
+    stride = _sample_stride(flat.numel())
+    return flat if stride == 1 else flat[::stride]
+
+
 class UpdateTracker:
-    """|dW| / |W| (mean absolute values, L1) for the parameters an optimizer steps, on sampled steps."""
+    """|dW| / |W| (mean absolute values, L1) for the parameters an optimizer steps, on sampled steps,
+    from a strided sample of each parameter (memory and time bounded per parameter, not per model)."""
 
     def __init__(self) -> None:
         self._before: list[torch.Tensor] | None = None
         self._ids: list[int] = []
 
     def before(self, layout: Layout, ids: list[int]) -> None:
-        params = [layout.params[j].detach() for j in ids]
+        samples = [_update_sample(layout.params[j]) for j in ids]
         self._ids = ids
         try:  # one fused copy
-            self._before = list(torch._foreach_mul(params, 1.0))
+            self._before = list(torch._foreach_mul(samples, 1.0))
         except RuntimeError:
-            self._before = [p.clone() for p in params]
+            self._before = [s.clone() for s in samples]
 
     def after(self, layout: Layout, transfer: Transfer) -> list[int] | None:
-        """Queue ||dW||_1 and ||W||_1 for the next transfer; returns the parameter ids they belong to."""
+        """Queue the sampled ||dW||_1 and ||W||_1 for the next transfer; returns the parameter ids they belong to."""
         if self._before is None:
             return None
-        now = [layout.params[j].detach() for j in self._ids]
+        now = [_update_sample(layout.params[j]) for j in self._ids]
         try:
             delta = list(torch._foreach_sub(now, self._before))
         except RuntimeError:
@@ -231,10 +258,14 @@ class UpdateTracker:
 
 
 def update_ratio(layout: Layout, ids: list[int], delta: np.ndarray, weight: np.ndarray) -> np.ndarray:
+    """Per-module mean|dW| / mean|W| from the sampled L1 sums, each scaled up to its whole parameter."""
+    numel = layout.numel[ids]
+    stride = np.array([_sample_stride(int(n)) for n in numel], dtype=np.float64)
+    scale = numel / -(-numel // stride)  # elements per sampled element
     d = np.zeros(len(layout.params))
     w = np.zeros(len(layout.params))
-    d[ids] = delta
-    w[ids] = weight
+    d[ids] = delta * scale
+    w[ids] = weight * scale
     m = layout.member
     with np.errstate(invalid="ignore", divide="ignore"):
         mask = np.zeros(len(layout.params))

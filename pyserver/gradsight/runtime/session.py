@@ -213,6 +213,7 @@ class Session:
         if self.closed:
             return
         self._finish_pending()
+        self._guard("step", lambda: self._write_updates(self._transfer.fetch()))  # the last sampled step's
         self.closed = True
         self._hooks.remove()
         if self._finder is not None:
@@ -536,11 +537,9 @@ class Session:
             mods["nan_count"] = mods.get("nan_count", 0.0) + np.nan_to_num(acts["act_nan"])
             if first_bad is not None:
                 scalars["first_nonfinite_module"] = float(first_bad)
-        if self._upd_ids is not None and "upd_delta" in host:
-            upd = gs.update_ratio(layout, self._upd_ids, host["upd_delta"], host["upd_weight"])
-            self.writer.put_metric(self._upd_step, "update_ratio", upd)
+        upd = self._write_updates(host)
+        if upd is not None:
             mods["update_ratio"] = upd
-            self._upd_ids = None
         if sampled or len(mods) > 2:
             _global_from_modules(scalars, mods, layout)
         else:
@@ -781,6 +780,15 @@ class Session:
                                         int(sampled), self._n_backward if n_backward is None else n_backward, zeroed, int(capture), finite))
         self._last_time = now
 
+    def _write_updates(self, host: dict[str, np.ndarray]) -> np.ndarray | None:
+        """The update ratio of the last sampled step, whose values came with this transfer."""
+        if self._upd_ids is None or "upd_delta" not in host or self.layout is None:
+            return None
+        upd = gs.update_ratio(self.layout, self._upd_ids, host["upd_delta"], host["upd_weight"])
+        self.writer.put_metric(self._upd_step, "update_ratio", upd)
+        self._upd_ids = None
+        return upd
+
     def _write_order(self, order: list[int]) -> None:
         assert self.layout is not None
         seen = list(dict.fromkeys(order))
@@ -810,7 +818,7 @@ class Session:
                 f"{len(unstepped)} parameters receive gradients but no optimizer updates them: {', '.join(unstepped[:5])}"
                 + (" ..." if len(unstepped) > 5 else "")))
 
-    def _guard(self, where: str, fn: Callable[[], None]) -> None:
+    def _guard(self, where: str, fn: Callable[[], object]) -> None:
         try:
             fn()
         except GradsightStop:
