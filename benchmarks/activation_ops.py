@@ -19,8 +19,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "pyserver"))
-from gradsight.runtime.activations import activation_stats, dead_fraction  # noqa: E402
-from gradsight.runtime.gradstats import count_nonzero  # noqa: E402
+from gradsight.runtime.activations import activation_stats, dead_fraction, module_flags  # noqa: E402
 
 SHAPES = {"conv 32x32x32x32": (32, 32, 32, 32), "hidden 16x64x512": (16, 64, 512), "hidden 16x64x128": (16, 64, 128)}
 
@@ -49,12 +48,15 @@ def report(label: str, x: torch.Tensor, dev: str) -> None:
     ops: dict[str, Callable[[], object]] = {
         "count_nonzero (torch)": lambda: torch.count_nonzero(x),
         "mask sum (x != 0).sum()": lambda: (x != 0).sum(),
-        "count_nonzero (gradsight)": lambda: count_nonzero(x),
+        "float pass |x| > 0 summed (before)": lambda: x.abs().gt_(0).sum(dtype=torch.float32),
+        "sum of |sign(x)| (gradsight)": lambda: torch.sign(x).abs_().sum(),
+        "sum of sign(x), x >= 0 (gradsight, ReLU)": lambda: torch.sign(x).sum(),
         "dead units: mask moved to unit axis": lambda: _old_dead(x, axis),
         "dead units: amax/amin (gradsight)": lambda: dead_fraction(x, axis),
+        "dead units: amax, x >= 0 (gradsight, ReLU)": lambda: dead_fraction(x, axis, nonneg=True),
         "L2 norm (vector_norm)": lambda: torch.linalg.vector_norm(x),
         "sum of squares (dot)": lambda: torch.dot(x.reshape(-1), x.reshape(-1)),
-        "all statistics of a ReLU output (gradsight)": lambda: activation_stats(relu, 1, None, x),
+        "all statistics of a ReLU output (gradsight)": lambda: activation_stats(relu, module_flags(relu), None, x),
     }
     print(f"{label}: ReLU {base:.1f} us")
     for name, fn in ops.items():

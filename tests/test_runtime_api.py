@@ -240,3 +240,90 @@ def test_update_ratio_of_a_large_layer_from_its_sample(tmp_path: Path) -> None:
         layer = next(m.id for m in run.modules() if m.name == "2")
         assert list(steps) == [0, 10]
         assert ratio[-1, layer] == pytest.approx(exact, rel=0.05)
+
+
+def _reference_stats(module: nn.Module, inp: torch.Tensor, out: torch.Tensor) -> dict[str, float]:
+    """What each activation statistic means, computed the plain way."""
+    x = out.detach().double()
+    unit = 1 if x.dim() >= 4 else x.dim() - 1
+
+    def dead(t: torch.Tensor) -> float:
+        return float((t != 0).movedim(unit, -1).reshape(-1, t.shape[unit]).any(dim=0).logical_not().double().mean())
+
+    ref = {"act_min": float(x.min()), "act_max": float(x.max()), "act_mean": float(x.mean()), "act_std": float(x.std()),
+           "act_zero_frac": float((x == 0).double().mean())}
+    if isinstance(module, nn.ReLU):
+        ref["dead_frac"] = dead(x)
+    if isinstance(module, (nn.Linear, nn.Conv2d)):
+        ref["in_dead_frac"] = dead(inp.detach())
+    if isinstance(module, nn.Tanh):
+        ref["sat_frac"] = float((inp.detach().abs() > 5).double().mean())
+    return ref
+
+
+def test_activation_and_gradient_statistics_match_their_definitions(tmp_path: Path) -> None:
+    """Every stored statistic of every module equals its definition computed directly (the runtime's
+    cheaper reductions, the reuse of a ReLU's dead units for the next layer, the host-side decoding)."""
+    torch.manual_seed(0)
+
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = nn.Conv2d(2, 4, 3, padding=1)
+            self.crelu = nn.ReLU()
+            self.fc1 = nn.Linear(4 * 6 * 6, 32)
+            self.relu = nn.ReLU()
+            self.fc2 = nn.Linear(32, 16)
+            self.tanh = nn.Tanh()
+            self.out = nn.Linear(16, 1)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            h = self.crelu(self.conv(x)).flatten(1)
+            return self.out(self.tanh(self.fc2(self.relu(self.fc1(h)))))
+
+    model = Net()
+    with torch.no_grad():
+        model.fc1.bias[:10] = -50.0  # dead ReLU units, and dead inputs of fc2
+        model.fc2.weight.mul_(200.0)  # a saturated tanh
+        model.conv.bias[:1] = -50.0  # a dead channel
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    refs: list[dict[str, dict[str, float]]] = []
+    grads: list[dict[str, torch.Tensor]] = []
+    names = {m: n for n, m in model.named_modules() if n}
+    with gradsight.watch(model, opt, store=tmp_path / "run.db", every=1, triggers="none") as handle:
+        for _ in range(3):
+            step_refs: dict[str, dict[str, float]] = {}
+            hooks = [m.register_forward_hook(lambda m, a, o: step_refs.__setitem__(names[m], _reference_stats(m, a[0], o)))
+                     for m in names]
+            x = torch.randn(8, 2, 6, 6)
+            opt.zero_grad()
+            (model(x) - 1.0).pow(2).mean().backward()
+            for h in hooks:
+                h.remove()
+            refs.append(step_refs)
+            grads.append({n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None})
+            opt.step()
+    with RunStore(handle.store) as run:
+        ids = {m.name: m.id for m in run.modules()}
+        checked = 0
+        for kind in ("act_min", "act_max", "act_mean", "act_std", "act_zero_frac", "dead_frac", "in_dead_frac", "sat_frac"):
+            steps, values = run.metric(kind)
+            assert list(steps) == [0, 1, 2]
+            for s in range(3):
+                for name, ref in refs[s].items():
+                    got = values[s, ids[name]]
+                    if kind in ref:
+                        assert got == pytest.approx(ref[kind], rel=1e-4, abs=1e-5), (kind, s, name)
+                        checked += 1
+                    else:
+                        assert np.isnan(got), (kind, s, name)
+        assert checked > 3 * 7 * 5
+        assert run.metric("dead_frac")[1][0, ids["relu"]] >= 10 / 32 and run.metric("sat_frac")[1][0, ids["tanh"]] > 0.1
+        for kind, fn in (("grad_zero_frac", lambda g: float((g == 0).double().mean())),
+                         ("grad_mean", lambda g: float(g.double().abs().mean())),
+                         ("grad_max", lambda g: float(g.double().abs().max()))):
+            _, values = run.metric(kind)
+            for s in range(3):
+                for layer in ("conv", "fc1", "out"):
+                    g = torch.cat([grads[s][f"{layer}.weight"].reshape(-1), grads[s][f"{layer}.bias"].reshape(-1)])
+                    assert values[s, ids[layer]] == pytest.approx(fn(g), rel=1e-4, abs=1e-9), (kind, s, layer)

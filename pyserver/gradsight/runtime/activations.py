@@ -19,13 +19,13 @@ from torch import nn
 from torch.nn.modules.loss import _Loss
 from torch.utils.hooks import RemovableHandle
 
-from .gradstats import count_nonzero
 from .layout import RELU_LIKE, SATURATING, WEIGHTED, Layout, first_tensor
 
 # act_nan is 1 when the output holds any NaN/Inf (counting them would cost a pass on every sampled step)
 FIELDS = ("act_min", "act_max", "act_mean", "act_std", "act_zero_frac", "act_nan", "dead_frac", "sat_frac", "in_dead_frac")
 SATURATION_LEVEL = 5.0  # |x| beyond which tanh/sigmoid are saturated (DeepDiagnosis)
 MAX_CALLS_PER_STEP = 8  # a module called in a loop (an RNN cell) is measured this often per step
+RECENT_OUTPUTS = 4  # measured outputs kept to read a later layer's input dead units from
 _NAN = float("nan")
 
 
@@ -35,47 +35,71 @@ def _unit_axis(module: nn.Module, x: torch.Tensor) -> int:
     return x.dim() - 1
 
 
-def dead_fraction(x: torch.Tensor, axis: int) -> torch.Tensor:
+def dead_fraction(x: torch.Tensor, axis: int, *, nonneg: bool = False) -> torch.Tensor:
     """Fraction of units along ``axis`` that are exactly zero for every sample.
 
-    Units whose largest and smallest values are both zero: two reductions that read ``x`` in
-    place (a boolean mask moved to the unit axis costs ~20x more on CPU)."""
+    Units whose largest and smallest values are both zero (only the largest for an output known
+    to be >= 0): reductions that read ``x`` in place (a boolean mask moved to the unit axis costs
+    ~20x more on CPU)."""
     if x.dim() < 2 or x.numel() == 0:
         return torch.tensor(_NAN, device=x.device)
     dims = tuple(d for d in range(x.dim()) if d != axis % x.dim())
-    dead = (x.amax(dim=dims) == 0) & (x.amin(dim=dims) == 0)
+    dead = x.amax(dim=dims) == 0
+    if not nonneg:
+        dead &= x.amin(dim=dims) == 0
     return dead.float().mean()
 
 
-def _floats(x: torch.Tensor) -> torch.Tensor:
-    return x if x.dtype in (torch.float32, torch.float64) else x.float()
+def _nonneg_output(module: nn.Module) -> bool:
+    """Whether the module's output is >= 0 (or NaN) by construction."""
+    if isinstance(module, (nn.ReLU, nn.ReLU6)):
+        return True
+    return isinstance(module, nn.Threshold) and module.threshold >= 0 and module.value >= 0
 
 
 # which optional fields a row carries
 _DEAD, _SAT, _IN_DEAD = 1, 2, 4
+_NONNEG = 8  # not a field: the output is >= 0, so fewer reductions find its zeros and dead units
+_FIELD_FLAGS = _DEAD | _SAT | _IN_DEAD
 _BASE = 5  # min, max, sum, sum of squares, non-zero count
 
 
-def _flags(module: nn.Module) -> int:
+def module_flags(module: nn.Module) -> int:
     return (_DEAD if isinstance(module, RELU_LIKE) else 0) | (_SAT if isinstance(module, SATURATING) else 0) | (
-        _IN_DEAD if isinstance(module, WEIGHTED) else 0)
+        _IN_DEAD if isinstance(module, WEIGHTED) else 0) | (_NONNEG if _nonneg_output(module) else 0)
 
 
-def activation_stats(module: nn.Module, flags: int, inp: torch.Tensor | None, out: torch.Tensor) -> torch.Tensor:
-    """A few reductions on the device; means, std and fractions are finished on the host.
+def _width(flags: int) -> int:
+    return _BASE + bin(flags & _FIELD_FLAGS).count("1")
 
-    Counts are float passes (see :func:`count_nonzero`)."""
-    x = _floats(out.detach())
+
+def activation_stats(module: nn.Module, flags: int, inp: torch.Tensor | None, out: torch.Tensor,
+                     in_dead: torch.Tensor | None = None) -> torch.Tensor:
+    """A few reductions on the device (one float32 row, :func:`_width` long); means, std and
+    fractions are finished on the host. ``in_dead``: the input's dead fraction when it is already
+    known (the input is the output of the ReLU just measured).
+
+    Non-zeros are counted as the sum of ``|sign(x)|`` (``torch.count_nonzero`` and sums of boolean
+    masks cost 6-27x more on CPU: benchmarks/activation_ops.py); every field is float32, so the
+    row is one ``stack``."""
+    x = out.detach()
+    if x.dtype != torch.float32:
+        x = x.float()
     flat = x.reshape(-1)
     mn, mx = torch.aminmax(flat)
-    fields = [mn, mx, flat.sum(), torch.dot(flat, flat), count_nonzero(flat)]
+    nonneg = bool(flags & _NONNEG)
+    sign = torch.sign(flat)
+    fields = [mn, mx, flat.sum(), torch.dot(flat, flat), (sign if nonneg else sign.abs_()).sum()]
     if flags & _DEAD:
-        fields.append(dead_fraction(x, _unit_axis(module, x)))
+        fields.append(dead_fraction(x, _unit_axis(module, x), nonneg=nonneg))
     if flags & _SAT:
-        fields.append(_floats(inp.detach()).abs().gt_(SATURATION_LEVEL).mean() if inp is not None else torch.tensor(_NAN))
+        xi = None if inp is None else inp.detach() if inp.dtype == torch.float32 else inp.detach().float()
+        fields.append(xi.abs().gt_(SATURATION_LEVEL).mean() if xi is not None else torch.tensor(_NAN, device=x.device))
     if flags & _IN_DEAD:
-        fields.append(dead_fraction(inp.detach(), _unit_axis(module, inp)) if inp is not None else torch.tensor(_NAN))
-    return torch.stack([f.to(torch.float32) for f in fields])
+        if in_dead is None:
+            in_dead = dead_fraction(inp.detach(), _unit_axis(module, inp)) if inp is not None else torch.tensor(_NAN, device=x.device)
+        fields.append(in_dead)
+    return torch.stack(fields)
 
 
 class ActivationRecorder:
@@ -83,11 +107,13 @@ class ActivationRecorder:
 
     def __init__(self, layout: Layout) -> None:
         self.layout = layout
-        self._flags = [_flags(m) for m in layout.modules]
+        self._flags = [module_flags(m) for m in layout.modules]
         self._handles: list[RemovableHandle] = []
         self.rows: list[tuple[int, int, int, torch.Tensor | None]] = []  # module, flags, numel, stats (None: as previous)
         self._calls: dict[int, int] = {}
         self._last_out: torch.Tensor | None = None
+        # the last few measured outputs (q, k and v layers share one input), each with its dead units' axis and its row
+        self._recent: list[tuple[torch.Tensor, int, torch.Tensor]] = []
         self.order: list[int] = []  # pre-order of first forward calls, when asked for
         self.capture: set[int] = set()
         self.capture_budget = 0
@@ -103,7 +129,7 @@ class ActivationRecorder:
     def arm(self, *, want_order: bool = False) -> None:
         if self._handles or self.failed:
             return
-        self.rows, self._calls, self._last_out, self.modes = [], {}, None, {}
+        self.rows, self._calls, self._last_out, self._recent, self.modes = [], {}, None, [], {}
         reg = torch.nn.modules.module
         self._handles.append(reg.register_module_forward_hook(self._hook))
         if want_order:
@@ -115,6 +141,7 @@ class ActivationRecorder:
             h.remove()
         self._handles.clear()
         self._last_out = None
+        self._recent = []
 
     def _pre_hook(self, module: nn.Module, args: Any) -> None:
         i = self.layout.module_index.get(id(module))
@@ -143,7 +170,11 @@ class ActivationRecorder:
             if out is self._last_out and flags == 0 and self.rows:
                 self.rows.append((i, -1, out.numel(), None))  # a container passing its last child's output on
             else:
-                self.rows.append((i, flags, out.numel(), activation_stats(module, flags, inp, out)))
+                in_dead = self._known_dead(module, inp) if flags & _IN_DEAD else None
+                row = activation_stats(module, flags, inp, out, in_dead)
+                self.rows.append((i, flags, out.numel(), row))
+                # what the next layer's input dead units can be read from, when this output goes straight into it
+                self._recent = [(out, _unit_axis(module, out) if flags & _DEAD else -1, row), *self._recent[:RECENT_OUTPUTS - 1]]
             self._last_out = out
             if i in self.capture and calls == 0 and self.capture_budget > 0:
                 arr = _fit(out.detach().float().cpu().numpy(), self.capture_budget)
@@ -155,6 +186,20 @@ class ActivationRecorder:
             import sys
 
             print(f"gradsight: activation statistics disabled after an internal error: {exc!r}", file=sys.stderr)
+
+    def _known_dead(self, module: nn.Module, inp: torch.Tensor | None) -> torch.Tensor | None:
+        """The dead fraction of a weighted layer's input when that input is an output just measured:
+        a ReLU's own dead fraction along the same axis, or 0 for a CPU tensor without zeros (its
+        count is on the host already); None when it must be measured."""
+        for out, axis, row in self._recent:
+            if inp is not out:
+                continue
+            if axis >= 0 and axis == _unit_axis(module, inp):
+                return row[_BASE]
+            if row.device.type == "cpu" and float(row[4]) == inp.numel():
+                return row.new_zeros(())
+            return None
+        return None
 
     def take(self, transfer_add: Any) -> list[tuple[int, int, int, int]]:
         """Queue gathered rows on a transfer (as 'act'); returns (module, flags, numel, source row) in call order."""
@@ -173,52 +218,61 @@ class ActivationRecorder:
         return meta
 
 
-def _decode(meta: list[tuple[int, int, int, int]], flat: np.ndarray) -> list[tuple[int, np.ndarray]]:
-    """Rows of FIELDS per hook call, from the variable-length device rows."""
+def _decode(meta: list[tuple[int, int, int, int]], flat: np.ndarray) -> list[tuple[int, list[float]]]:
+    """Rows of FIELDS per hook call, from the variable-length device rows (plain floats: a step has
+    tens of rows, and numpy's per-call cost would exceed the arithmetic)."""
+    values = flat.tolist()
     pos = 0
-    out: list[tuple[int, np.ndarray]] = []
-    decoded: list[np.ndarray] = []
+    out: list[tuple[int, list[float]]] = []
+    decoded: list[list[float]] = []
     for i, flags, n, src in meta:
         if flags >= 0 and src == len(decoded):  # a new device row starts here
-            width = _BASE + bin(flags).count("1")
-            raw = flat[pos : pos + width].astype(np.float64)
+            width = _width(flags)
+            mn, mx, total, sumsq, nonzero, *extra = values[pos : pos + width]
             pos += width
-            mn, mx, total, sumsq, nonzero = raw[:_BASE]
             mean = total / n
-            var = max(0.0, (sumsq / n - mean * mean) * n / max(1, n - 1)) if np.isfinite(sumsq) else np.nan
-            extra = list(raw[_BASE:])
-            dead = extra.pop(0) if flags & _DEAD else np.nan
-            sat = extra.pop(0) if flags & _SAT else np.nan
-            in_dead = extra.pop(0) if flags & _IN_DEAD else np.nan
-            bad = 0.0 if np.isfinite(mn) and np.isfinite(mx) else 1.0
-            decoded.append(np.array([mn, mx, mean, np.sqrt(var), 1.0 - nonzero / n, bad, dead, sat, in_dead]))
+            var = max(0.0, (sumsq / n - mean * mean) * n / max(1, n - 1)) if math.isfinite(sumsq) else _NAN
+            dead = extra.pop(0) if flags & _DEAD else _NAN
+            sat = extra.pop(0) if flags & _SAT else _NAN
+            in_dead = extra.pop(0) if flags & _IN_DEAD else _NAN
+            bad = 0.0 if math.isfinite(mn) and math.isfinite(mx) else 1.0
+            decoded.append([mn, mx, mean, math.sqrt(var) if var == var else _NAN, 1.0 - nonzero / n, bad, dead, sat, in_dead])
         row = decoded[src]
         if flags < 0:  # a container passing a child's output on: the same statistics, none of the child's extras
-            row = row.copy()
-            row[6:] = np.nan
+            row = row[:6] + [_NAN] * (len(FIELDS) - 6)
         out.append((i, row))
     return out
 
 
+_COMBINE_MIN = {FIELDS.index("act_min")}
+_COMBINE_MAX = {FIELDS.index(f) for f in ("act_max", "act_std", "dead_frac", "in_dead_frac", "sat_frac", "act_nan")}
+
+
 def aggregate(n_modules: int, meta: list[tuple[int, int, int, int]], flat: np.ndarray) -> tuple[dict[str, np.ndarray], int | None]:
-    """Per-module activation metrics from rows in call order; also the first module with a non-finite output."""
-    out = {f: np.full(n_modules, np.nan) for f in FIELDS}
-    first_bad: int | None = None
-    for i, row in _decode(meta, flat):
-        if first_bad is None and row[5] > 0:
-            first_bad = i
-        for c, f in enumerate(FIELDS):
-            v = float(row[c])
-            cur = out[f][i]
-            if math.isnan(cur):
-                out[f][i] = v
-            elif f == "act_min":
-                out[f][i] = min(cur, v)
-            elif f in ("act_max", "act_std", "dead_frac", "in_dead_frac", "sat_frac", "act_nan"):
-                out[f][i] = max(cur, v)
-            else:  # means of fractions and values over repeated calls
-                out[f][i] = (cur + v) / 2
-    return out, first_bad
+    """Per-module activation metrics from rows in call order; also the first module with a non-finite output.
+    A module called more than once in a step: the extreme of min, max, std and fractions, the running
+    mean of the rest."""
+    rows = _decode(meta, flat)
+    first_bad = next((i for i, row in rows if row[5] > 0), None)
+    merged: dict[int, list[float]] = {}
+    for i, row in rows:
+        cur = merged.get(i)
+        if cur is None:
+            merged[i] = list(row)
+            continue
+        for c, v in enumerate(row):
+            if cur[c] != cur[c]:  # NaN so far
+                cur[c] = v
+            elif c in _COMBINE_MIN:
+                cur[c] = min(cur[c], v)
+            elif c in _COMBINE_MAX:
+                cur[c] = max(cur[c], v)
+            else:
+                cur[c] = (cur[c] + v) / 2
+    table = np.full((n_modules, len(FIELDS)), np.nan)
+    if merged:
+        table[list(merged)] = np.array(list(merged.values()), dtype=np.float64)
+    return {f: table[:, c].copy() for c, f in enumerate(FIELDS)}, first_bad
 
 
 def _fit(arr: np.ndarray, budget: int) -> np.ndarray:

@@ -65,23 +65,18 @@ def foreach_norm(tensors: list[torch.Tensor], ord: float = 2.0) -> list[torch.Te
         return [torch.linalg.vector_norm(t, ord) for t in tensors]
 
 
-def count_nonzero(x: torch.Tensor) -> torch.Tensor:
-    """Number of non-zero entries (float). On CPU a float pass: ``torch.count_nonzero`` and sums of
-    boolean masks there cost 10-20x more (benchmarks/activation_ops.py); on accelerators one kernel."""
-    if x.device.type == "cpu":
-        return x.abs().gt_(0).sum(dtype=torch.float32)
-    return torch.count_nonzero(x).float()
-
-
-def _zero_counts(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
-    """Zero entries per tensor: one fused call (the 0-"norm" counts non-zeros) on accelerators,
-    a float pass per tensor on CPU (see :func:`count_nonzero`)."""
-    if tensors and all(t.device.type != "cpu" for t in tensors):
-        try:
-            return [t.numel() - c for t, c in zip(tensors, torch._foreach_norm(tensors, 0))]
-        except RuntimeError:
-            pass
-    return [t.numel() - count_nonzero(t) for t in tensors]
+def nonzero_counts(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+    """Non-zero entries per tensor in fused calls: the 0-"norm" on accelerators; on CPU, where that
+    norm is a scalar loop (and ``torch.count_nonzero`` or a boolean sum cost 6-27x a ReLU), the L1
+    norm of ``sign(x)``: 36 small gradients 1.3 ms per tensor -> 0.34 ms fused."""
+    if not tensors:
+        return []
+    try:
+        if all(t.device.type != "cpu" for t in tensors):
+            return list(torch._foreach_norm(tensors, 0))
+        return list(torch._foreach_norm(torch._foreach_sign(tensors), 1))
+    except RuntimeError:  # mixed devices, say
+        return [torch.linalg.vector_norm(torch.sign(t), 1) for t in tensors]
 
 
 @dataclass
@@ -112,7 +107,7 @@ def queue_grads(layout: Layout, transfer: Transfer, sampled: bool) -> list[int] 
     if sampled:
         transfer.add("linf", foreach_norm(grads_t, float("inf")))
         transfer.add("l1", foreach_norm(grads_t, 1.0))
-        transfer.add("zeros", _zero_counts(grads_t))
+        transfer.add("nonzero", nonzero_counts(grads_t))
         transfer.add("weight_l2", foreach_norm([p.detach() for p in layout.params], 2.0))
     return idx
 
@@ -122,7 +117,7 @@ def read_grads(layout: Layout, host: dict[str, np.ndarray], idx: list[int] | Non
     if idx is None:
         present = layout.all_params
         l2 = host.get("l2", np.zeros(0)).astype(np.float64)
-        return GradSample(present, True, l2, _f64(host.get("linf")), _f64(host.get("l1")), _f64(host.get("zeros")), _f64(host.get("weight_l2")))
+        return GradSample(present, True, l2, _f64(host.get("linf")), _f64(host.get("l1")), _zeros(layout.numel, host), _f64(host.get("weight_l2")))
 
     def spread(values: np.ndarray | None) -> np.ndarray | None:
         if values is None:
@@ -135,8 +130,14 @@ def read_grads(layout: Layout, host: dict[str, np.ndarray], idx: list[int] | Non
     present[idx] = True
     spread_l2 = spread(host.get("l2", np.zeros(0)).astype(np.float64))
     assert spread_l2 is not None
-    return GradSample(present, False, spread_l2, spread(host.get("linf")), spread(host.get("l1")), spread(host.get("zeros")),
+    return GradSample(present, False, spread_l2, spread(host.get("linf")), spread(host.get("l1")), spread(_zeros(layout.numel[idx], host)),
                       _f64(host.get("weight_l2")))
+
+
+def _zeros(numel: np.ndarray, host: dict[str, np.ndarray]) -> np.ndarray | None:
+    """Zero entries per gradient from its non-zero count (a sparse gradient's missing entries are zeros)."""
+    nonzero = host.get("nonzero")
+    return None if nonzero is None else numel - nonzero.astype(np.float64)
 
 
 def _f64(a: np.ndarray | None) -> np.ndarray | None:
@@ -147,9 +148,9 @@ def module_norms(member: np.ndarray, l2: np.ndarray) -> np.ndarray:
     """Per-module L2 norms from per-parameter ones. A non-finite norm spreads to the modules holding
     that parameter only (a plain matrix product would turn every module's 0 * inf into NaN)."""
     sq = l2 * l2
-    bad = ~np.isfinite(sq)
-    if not bad.any():
+    if math.isfinite(float(sq.sum())):  # (one call: most steps)
         return np.sqrt(member @ sq)
+    bad = ~np.isfinite(sq)
     norm = np.sqrt(member @ np.where(bad, 0.0, sq))
     for j in np.flatnonzero(bad):  # NaN wins over inf
         rows = member[:, j] > 0
@@ -233,9 +234,26 @@ class UpdateTracker:
     def __init__(self) -> None:
         self._before: list[torch.Tensor] | None = None
         self._ids: list[int] = []
+        self._views: dict[int, tuple[int, torch.Tensor]] = {}  # parameter id -> (its data pointer, its sample view)
+
+    def _samples(self, layout: Layout, ids: list[int]) -> list[torch.Tensor]:
+        """The sample views of these parameters, made once (a view follows in-place updates; a
+        parameter whose data was replaced gets a new one; a non-contiguous one, whose flat
+        sample is a copy, a fresh one each time)."""
+        out = []
+        for j in ids:
+            p = layout.params[j]
+            ptr = p.data_ptr()
+            known = self._views.get(j)
+            if known is None or known[0] != ptr or known[1].device != p.device:
+                known = (ptr, _update_sample(p))
+                if p.is_contiguous():
+                    self._views[j] = known
+            out.append(known[1])
+        return out
 
     def before(self, layout: Layout, ids: list[int]) -> None:
-        samples = [_update_sample(layout.params[j]) for j in ids]
+        samples = self._samples(layout, ids)
         self._ids = ids
         try:  # one fused copy
             self._before = list(torch._foreach_mul(samples, 1.0))
@@ -246,7 +264,7 @@ class UpdateTracker:
         """Queue the sampled ||dW||_1 and ||W||_1 for the next transfer; returns the parameter ids they belong to."""
         if self._before is None:
             return None
-        now = [_update_sample(layout.params[j]) for j in self._ids]
+        now = self._samples(layout, self._ids)
         try:
             delta = list(torch._foreach_sub(now, self._before))
         except RuntimeError:

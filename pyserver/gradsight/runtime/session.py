@@ -391,9 +391,11 @@ class Session:
             if g is None:
                 return None
         try:
-            vec = torch.stack(torch._foreach_norm(grads)).to(torch.float32)  # type: ignore[arg-type]
+            vec = torch.stack(torch._foreach_norm(grads))  # type: ignore[arg-type]
         except RuntimeError:  # mixed devices
             return None
+        if vec.dtype != torch.float32:
+            vec = vec.float()
         on_cpu = vec.device.type == "cpu"
         defer = self._deferring(vec.device)
         loss_t = self._losses[0] if self._losses else None
