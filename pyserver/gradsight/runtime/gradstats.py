@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -32,7 +33,9 @@ class Transfer:
             values = torch.stack(values)  # 0-d tensors stack into a vector
         if values.dtype != torch.float32:
             values = values.to(torch.float32)
-        self._parts.append((name, values.detach().reshape(-1)))
+        if values.requires_grad:
+            values = values.detach()
+        self._parts.append((name, values if values.dim() == 1 else values.reshape(-1)))
 
     def fetch(self) -> dict[str, np.ndarray]:
         by_device: dict[torch.device, list[tuple[str, torch.Tensor]]] = {}
@@ -55,12 +58,12 @@ class Transfer:
         return out
 
 
-def foreach_norm(tensors: list[torch.Tensor], ord: float = 2.0) -> list[torch.Tensor]:
+def foreach_norm(tensors: Sequence[torch.Tensor], ord: float = 2.0) -> list[torch.Tensor]:
     """``torch._foreach_norm`` (one fused call), per tensor where it cannot take the list."""
     if not tensors:
         return []
     try:
-        return list(torch._foreach_norm(tensors, ord))
+        return list(torch._foreach_norm(list(tensors), ord))
     except RuntimeError:  # mixed devices, say
         return [torch.linalg.vector_norm(t, ord) for t in tensors]
 
@@ -108,7 +111,8 @@ def queue_grads(layout: Layout, transfer: Transfer, sampled: bool) -> list[int] 
         transfer.add("linf", foreach_norm(grads_t, float("inf")))
         transfer.add("l1", foreach_norm(grads_t, 1.0))
         transfer.add("nonzero", nonzero_counts(grads_t))
-        transfer.add("weight_l2", foreach_norm([p.detach() for p in layout.params], 2.0))
+        with torch.no_grad():  # (the parameters themselves: no detached alias per tensor)
+            transfer.add("weight_l2", foreach_norm(layout.params, 2.0))
     return idx
 
 
