@@ -27,6 +27,7 @@ SATURATION_LEVEL = 5.0  # |x| beyond which tanh/sigmoid are saturated (DeepDiagn
 MAX_CALLS_PER_STEP = 8  # a module called in a loop (an RNN cell) is measured this often per step
 RECENT_OUTPUTS = 4  # measured outputs kept to read a later layer's input dead units from
 _NAN = float("nan")
+_ZERO = torch.zeros(())  # a CPU input without zeros has no dead units
 
 
 def _unit_axis(module: nn.Module, x: torch.Tensor) -> int:
@@ -79,17 +80,22 @@ def activation_stats(module: nn.Module, flags: int, inp: torch.Tensor | None, ou
     fractions are finished on the host. ``in_dead``: the input's dead fraction when it is already
     known (the input is the output of the ReLU just measured).
 
-    Non-zeros are counted as the sum of ``|sign(x)|`` (``torch.count_nonzero`` and sums of boolean
-    masks cost 6-27x more on CPU: benchmarks/activation_ops.py); every field is float32, so the
-    row is one ``stack``."""
+    On CPU non-zeros are counted as the sum of ``|sign(x)|`` (``torch.count_nonzero`` and sums of
+    boolean masks cost 6-27x more there: benchmarks/activation_ops.py); every field is float32, so
+    the row is one ``stack``."""
     x = out.detach()
     if x.dtype != torch.float32:
         x = x.float()
     flat = x.reshape(-1)
     mn, mx = torch.aminmax(flat)
     nonneg = bool(flags & _NONNEG)
-    sign = torch.sign(flat)
-    fields = [mn, mx, flat.sum(), torch.dot(flat, flat), (sign if nonneg else sign.abs_()).sum()]
+    if nonneg:
+        nonzero = torch.sign(flat).sum()
+    elif flat.device.type == "cpu":
+        nonzero = torch.sign(flat).abs_().sum()
+    else:  # one reduction kernel (and a cast) on accelerators
+        nonzero = torch.count_nonzero(flat).float()
+    fields = [mn, mx, flat.sum(), torch.dot(flat, flat), nonzero]
     if flags & _DEAD:
         fields.append(dead_fraction(x, _unit_axis(module, x), nonneg=nonneg))
     if flags & _SAT:
@@ -196,8 +202,8 @@ class ActivationRecorder:
                 continue
             if axis >= 0 and axis == _unit_axis(module, inp):
                 return row[_BASE]
-            if row.device.type == "cpu" and float(row[4]) == inp.numel():
-                return row.new_zeros(())
+            if row.device.type == "cpu" and inp.numel() < 2**24 and row.numpy()[4] == inp.numel():  # (a host read; float32 counts exactly)
+                return _ZERO
             return None
         return None
 
