@@ -293,7 +293,7 @@ def test_activation_and_gradient_statistics_match_their_definitions(tmp_path: Pa
     with gradsight.watch(model, opt, store=tmp_path / "run.db", every=1, triggers="none") as handle:
         for _ in range(3):
             step_refs: dict[str, dict[str, float]] = {}
-            hooks = [m.register_forward_hook(lambda m, a, o: step_refs.__setitem__(names[m], _reference_stats(m, a[0], o)))
+            hooks = [m.register_forward_hook(lambda m, a, o, refs=step_refs: refs.__setitem__(names[m], _reference_stats(m, a[0], o)))
                      for m in names]
             x = torch.randn(8, 2, 6, 6)
             opt.zero_grad()
