@@ -78,7 +78,7 @@ def activation_stats(module: nn.Module, flags: int, inp: torch.Tensor | None, ou
                      in_dead: torch.Tensor | None = None) -> torch.Tensor:
     """A few reductions on the device (one float32 row, :func:`_width` long); means, std and
     fractions are finished on the host. ``in_dead``: the input's dead fraction when it is already
-    known (the input is the output of the ReLU just measured).
+    known (it is an output measured just before: see :meth:`ActivationRecorder._known_dead`).
 
     On CPU non-zeros are counted as the sum of ``|sign(x)|`` (``torch.count_nonzero`` and sums of
     boolean masks cost 6-27x more there: benchmarks/activation_ops.py); every field is float32, so

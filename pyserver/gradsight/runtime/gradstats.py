@@ -68,18 +68,32 @@ def foreach_norm(tensors: Sequence[torch.Tensor], ord: float = 2.0) -> list[torc
         return [torch.linalg.vector_norm(t, ord) for t in tensors]
 
 
-def nonzero_counts(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
-    """Non-zero entries per tensor in fused calls: the 0-"norm" on accelerators; on CPU, where that
-    norm is a scalar loop (and ``torch.count_nonzero`` or a boolean sum cost 6-27x a ReLU), the L1
-    norm of ``sign(x)``: 36 small gradients 1.3 ms per tensor -> 0.34 ms fused."""
+def _all_on_cpu(tensors: Sequence[torch.Tensor]) -> bool:
+    return all(t.device.type == "cpu" for t in tensors)
+
+
+def nonzero_counts(tensors: list[torch.Tensor]) -> torch.Tensor | list[torch.Tensor]:
+    """Non-zero entries per tensor in fused calls: the 0-"norm" on accelerators. On CPU, where that
+    norm is a scalar loop (and ``torch.count_nonzero`` or a boolean sum cost 6-27x a ReLU), the
+    squared L2 norm of ``sign(x)`` (faster there than its L1 norm); :func:`read_grads` rounds it."""
     if not tensors:
         return []
     try:
-        if all(t.device.type != "cpu" for t in tensors):
+        if not _all_on_cpu(tensors):
             return list(torch._foreach_norm(tensors, 0))
-        return list(torch._foreach_norm(torch._foreach_sign(tensors), 1))
+        root = torch.stack(torch._foreach_norm(torch._foreach_sign(tensors), 2))
+        return root * root
     except RuntimeError:  # mixed devices, say
         return [torch.linalg.vector_norm(torch.sign(t), 1) for t in tensors]
+
+
+def max_abs(tensors: list[torch.Tensor]) -> torch.Tensor | list[torch.Tensor]:
+    """Largest |x| per tensor: the fused inf-norm on accelerators; on CPU, where that norm is a
+    slow reduction (tiny BERT's 41 gradients 1.2 ms), ``aminmax`` per tensor (0.14 ms)."""
+    if tensors and _all_on_cpu(tensors) and all(t.numel() for t in tensors):
+        pairs = [torch.aminmax(t) for t in tensors]
+        return torch.maximum(torch.stack([lo for lo, _ in pairs]).abs_(), torch.stack([hi for _, hi in pairs]).abs_())
+    return foreach_norm(tensors, float("inf"))
 
 
 @dataclass
@@ -108,7 +122,7 @@ def queue_grads(layout: Layout, transfer: Transfer, sampled: bool) -> list[int] 
         grads_t = [g.coalesce().values() if g.is_sparse else g for g in grads_t]
     transfer.add("l2", foreach_norm(grads_t, 2.0))
     if sampled:
-        transfer.add("linf", foreach_norm(grads_t, float("inf")))
+        transfer.add("linf", max_abs(grads_t))
         transfer.add("l1", foreach_norm(grads_t, 1.0))
         transfer.add("nonzero", nonzero_counts(grads_t))
         with torch.no_grad():  # (the parameters themselves: no detached alias per tensor)
@@ -141,7 +155,7 @@ def read_grads(layout: Layout, host: dict[str, np.ndarray], idx: list[int] | Non
 def _zeros(numel: np.ndarray, host: dict[str, np.ndarray]) -> np.ndarray | None:
     """Zero entries per gradient from its non-zero count (a sparse gradient's missing entries are zeros)."""
     nonzero = host.get("nonzero")
-    return None if nonzero is None else numel - nonzero.astype(np.float64)
+    return None if nonzero is None else np.maximum(numel - np.rint(nonzero.astype(np.float64)), 0.0)
 
 
 def _f64(a: np.ndarray | None) -> np.ndarray | None:
