@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 import gradsight
-from gradsight.runtime import gradstats
+from gradsight.runtime import gradstats, session
 from gradsight.store import RunStore
 
 
@@ -327,3 +327,38 @@ def test_activation_and_gradient_statistics_match_their_definitions(tmp_path: Pa
                 for layer in ("conv", "fc1", "out"):
                     g = torch.cat([grads[s][f"{layer}.weight"].reshape(-1), grads[s][f"{layer}.bias"].reshape(-1)])
                     assert values[s, ids[layer]] == pytest.approx(fn(g), rel=1e-4, abs=1e-9), (kind, s, layer)
+
+
+def test_gradsight_says_when_its_own_work_slows_training(tmp_path: Path, capfd: pytest.CaptureFixture[str],
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Full detail on a 36-module net costs more than the step itself: one warning (stderr and an
+    `overhead` event) with the measured share; the defaults on the same net stay quiet."""
+    monkeypatch.setattr(session, "OVERHEAD_WINDOW", 50)  # windows of 50 steps instead of 200: a shorter test
+    torch.manual_seed(0)
+    layers: list[nn.Module] = []
+    for _ in range(12):
+        layers += [nn.Linear(64, 64), nn.Tanh(), nn.LayerNorm(64)]
+    model = nn.Sequential(*layers, nn.Linear(64, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+
+    def train(steps: int) -> None:
+        for _ in range(steps):
+            x = torch.randn(32, 64)
+            opt.zero_grad()
+            (model(x) - x[:, :1]).pow(2).mean().backward()
+            opt.step()
+
+    with gradsight.watch(model, opt, store=tmp_path / "full.db", every=1, triggers="none") as handle:
+        train(170)
+    err = capfd.readouterr().err
+    assert err.count("gradsight: its own work made steps 50-99") == 1, err  # once, not at every window
+    assert "activation statistics every 1 step" in err
+    with RunStore(handle.store) as run:
+        warned = [e for e in run.events("warning") if e.name == "overhead"]
+        assert len(warned) == 1 and warned[0].value is not None and warned[0].value > 0.25
+        assert warned[0].step == 99  # the first window after the one holding the session's start
+    with gradsight.watch(model, opt, store=tmp_path / "defaults.db", triggers="none") as handle:
+        train(120)
+    assert "own work made" not in capfd.readouterr().err
+    with RunStore(handle.store) as run:
+        assert not [e for e in run.events("warning") if e.name == "overhead"]

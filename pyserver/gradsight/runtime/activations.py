@@ -11,6 +11,7 @@ which module first produced a non-finite output.
 from __future__ import annotations
 
 import math
+import time
 from typing import Any
 
 import numpy as np
@@ -127,6 +128,7 @@ class ActivationRecorder:
         self.failed = False
         self.loss_modules: set[str] = set()  # loss modules (outside the model) seen called
         self.modes: dict[int, bool] = {}  # module id -> module.training when it ran
+        self.spent = 0.0  # seconds in the hook, for the session's own-time measure
 
     @property
     def armed(self) -> bool:
@@ -155,6 +157,13 @@ class ActivationRecorder:
             self.order.append(i)
 
     def _hook(self, module: nn.Module, args: Any, output: Any) -> None:
+        t0 = time.perf_counter()
+        try:
+            self._measure(module, args, output)
+        finally:
+            self.spent += time.perf_counter() - t0
+
+    def _measure(self, module: nn.Module, args: Any, output: Any) -> None:
         i = self.layout.module_index.get(id(module))
         if i is None or self.failed:
             if i is None and isinstance(module, _Loss):

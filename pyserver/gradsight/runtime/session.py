@@ -39,14 +39,20 @@ from .pause import debugger_attached, pause, user_frame
 from .sourcemap import map_modules
 from .triggers import BUILTIN, Fired, History, QuickCheck, StepValues, Trigger, build, condition_check, condition_needs
 
-# A sampled step (activation statistics of every module, update ratio) costs 0.4-0.8x
-# a plain step in gradsight's own time (benchmarks/overhead.py, "full" in-hook share);
-# one step in 100 keeps that under 1%.
+# A sampled step (activation statistics of every module, update ratio) costs 0.25-0.6x
+# a plain step in gradsight's own time (benchmarks/step_costs.py); one step in 100 keeps
+# that under 1%.
 DEFAULT_EVERY = 100
 DEFAULT_CAPTURE_WINDOW = 5
 DEFAULT_CAPTURE_BYTES = 64 * 2**20
 CAPTURE_MODULES = 4
 LOSS_SCALE_STEPS = 10  # the run's loss scale is the median of its first losses
+# gradsight measures its own time on the training thread over windows of steps and says so, once,
+# when it slows training noticeably: more than this share of the rest of the step, and more than
+# OVERHEAD_MIN_MS per step (a toy model's sub-millisecond step is not worth a warning)
+OVERHEAD_WINDOW = 200
+OVERHEAD_SHARE = 0.25
+OVERHEAD_MIN_MS = 2.0
 ACTIVE: Session | None = None
 _STEP_SQL = ("INSERT OR REPLACE INTO steps (step, time, duration, loss, lr, grad_norm, grad_max, sampled, n_backward, grads_zeroed, capture,"
              " loss_finite) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)")
@@ -168,6 +174,9 @@ class Session:
         self._errors: set[str] = set()
         self._broken = False
         self._last_time = time.perf_counter()
+        self._own_time = 0.0  # seconds spent in the step callbacks since the window began
+        self._window = (0, time.perf_counter())  # (first step, start time) of the overhead window
+        self._overhead_warned = False
         self._pending: _Pending | None = None
         self._in_step = False  # deferral turned off for good (a debugger condition reads the history)
         self._ring: list[tuple[torch.Tensor, Any]] = []  # two pinned buffers with their events, used in turn
@@ -239,12 +248,12 @@ class Session:
             return
         self._guard("optimizer", lambda: self._register_optimizer(optimizer))
         if self._is_primary(optimizer):
-            self._guard("step", self._begin_step)
+            self._timed_step(self._begin_step)
 
     def on_optimizer_post(self, optimizer: torch.optim.Optimizer) -> None:
         if self._broken or not self._is_primary(optimizer):
             return
-        self._guard("step", self._end_step)
+        self._timed_step(self._end_step)
         self._run_actions()
 
     def on_backward_begin(self, tensors: Any) -> None:
@@ -268,8 +277,8 @@ class Session:
             return
         if self._n_backward >= 2 or self._auto_steps:  # no optimizer: a step per backward
             self._auto_steps = True
-            self._guard("step", self._begin_step)
-            self._guard("step", self._end_step)
+            self._timed_step(self._begin_step)
+            self._timed_step(self._end_step)
             self._run_actions()
 
     def on_zero_grad(self) -> None:
@@ -592,6 +601,8 @@ class Session:
             if ids is not None:
                 self._upd_ids, self._upd_step = ids, self.step
         self.step += 1
+        if self.step % OVERHEAD_WINDOW == 0:
+            self._check_overhead()
         self._losses = []
         self._explicit_loss = None
         self._n_backward = 0
@@ -819,6 +830,37 @@ class Session:
             self.writer.put_event(self.step, EVENT_WARNING, "not_updated", message=(
                 f"{len(unstepped)} parameters receive gradients but no optimizer updates them: {', '.join(unstepped[:5])}"
                 + (" ..." if len(unstepped) > 5 else "")))
+
+    def _timed_step(self, fn: Callable[[], object]) -> None:
+        t0 = time.perf_counter()
+        self._guard("step", fn)
+        self._own_time += time.perf_counter() - t0
+
+    def _check_overhead(self) -> None:
+        """At the end of each window of steps: gradsight's own share of the training thread's time
+        (step callbacks and activation hooks), reported once when it slows training noticeably."""
+        now = time.perf_counter()
+        first, start = self._window
+        own = self._own_time + (self.recorder.spent if self.recorder is not None else 0.0)
+        self._own_time = 0.0
+        if self.recorder is not None:
+            self.recorder.spent = 0.0
+        self._window = (self.step, now)
+        steps = self.step - first
+        rest = now - start - own
+        if self._overhead_warned or first == 0 or steps <= 0 or rest <= 0:  # (the first window holds the session's start)
+            return
+        share, per_step = own / rest, own / steps * 1000
+        if share <= OVERHEAD_SHARE or per_step <= OVERHEAD_MIN_MS:
+            return
+        self._overhead_warned = True
+        every = self.settings.every
+        hint = (f"activation statistics every {every} step{'s' if every > 1 else ''}: a larger every (--every) lowers it"
+                if every < DEFAULT_EVERY else "most of it is per-step gradient statistics, which grow with the number of parameter tensors")
+        what = f"own work made steps {first}-{self.step - 1} {1 + share:.2g}x slower ({per_step:.1f} ms a step; {hint})"
+        print(f"gradsight: its {what}", file=sys.stderr, flush=True)
+        self.writer.put_event(self.step - 1, EVENT_WARNING, "overhead", value=share, message=f"gradsight's {what}",
+                              data={"steps": [first, self.step - 1], "ms_per_step": per_step, "every": every})
 
     def _guard(self, where: str, fn: Callable[[], object]) -> None:
         try:
