@@ -524,8 +524,8 @@ class Session:
         layout, history = self.layout, self.history
         assert layout is not None and history is not None
         present = sample.present
-        if sample.all_present:
-            gnorm: float | None = math.sqrt(float(sample.l2 @ sample.l2)) if len(sample.l2) else None
+        if sample.all_present:  # the root module holds every parameter: its norm is the global one
+            gnorm: float | None = float(mods["grad_norm"][0]) if len(sample.l2) else None
         else:
             gnorm = math.sqrt(float(np.nansum(np.where(present, sample.l2 * sample.l2, 0.0)))) if present.any() else None
         gmax = float(np.max(np.where(np.isnan(sample.linf), -np.inf, sample.linf))) if sample.linf is not None and present.any() else None

@@ -93,7 +93,13 @@ class QuickCheck:
         self.t = t
         self.layers = layers
         self.weighted = weighted
-        self.root_numel = np.sqrt(numel[weighted]) if len(weighted) else np.zeros(0)
+        # masks over all modules, so that each test is one masked reduction (a step's hook pays per call)
+        self._layer_mask = np.zeros(len(numel), dtype=bool)
+        self._layer_mask[layers] = True
+        self._weighted_mask = np.zeros(len(numel), dtype=bool)
+        self._weighted_mask[weighted] = True
+        self._weighted_mask &= numel > 0  # a layer whose weight is tied to another's holds none: its norm is NaN
+        self._inv_root_numel = np.where(self._weighted_mask, 1.0 / np.sqrt(np.maximum(numel, 1.0)), 0.0)
 
     def quiet(self, h: History) -> bool:
         cur = h.current
@@ -105,10 +111,10 @@ class QuickCheck:
         norms = cur.modules.get("grad_norm")
         if norms is None:
             return True
-        if len(self.layers) and not norms[self.layers].max() <= self.t.layer_grad_norm:  # NaN counts as not quiet
+        if len(self.layers) and not norms.max(where=self._layer_mask, initial=-np.inf) <= self.t.layer_grad_norm:  # NaN: not quiet
             return False
         if len(self.weighted) >= 2:
-            low = (norms[self.weighted] / self.root_numel).min()
+            low = (norms * self._inv_root_numel).min(where=self._weighted_mask, initial=np.inf)
             if not low >= self.t.vanishing_mean_grad:  # zero (dead) or tiny (vanishing) or NaN
                 return False
         return True
