@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -25,6 +26,7 @@ def test_trigger_fires_at_the_fault_step(tmp_path: Path, fault: str, at: int) ->
     store = tmp_path / "run.db"
     proc = run_gradsight("trace", str(FAULTS), "--fault", fault, "--at", str(at), "--steps", "50", "--output", str(store))
     assert proc.returncode == 0, proc.stderr
+    assert re.search(r"gradsight: 50 steps, .*; its own work added \d+% to the run's time", proc.stderr), proc.stderr
     with RunStore(store) as run:
         triggers = run.events("trigger")
         assert triggers, proc.stderr

@@ -139,6 +139,9 @@ def _summary(session: Session) -> None:
     line = f"gradsight: {session.step} steps, {n} anomal{'y' if n == 1 else 'ies'}"
     if parts:
         line += ": " + ", ".join(parts)
+    share = session.own_share()
+    if share is not None and session.step >= 10:
+        line += f"; its own work added {share:.0%} to the run's time"
     print(line, file=sys.stderr)
     if session.layout is None and session.step == 0:
         print("gradsight: no training step was seen (no optimizer.step() and no backward())", file=sys.stderr)
