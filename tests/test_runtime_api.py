@@ -357,9 +357,12 @@ def test_gradsight_says_when_its_own_work_slows_training(tmp_path: Path, capfd: 
         warned = [e for e in run.events("warning") if e.name == "overhead"]
         assert len(warned) == 1 and warned[0].value is not None and warned[0].value > 0.25
         assert warned[0].step == 99  # the first window after the one holding the session's start
+    full_share = handle.own_share
+    assert full_share is not None and full_share > 0.25
     with gradsight.watch(model, opt, store=tmp_path / "defaults.db", triggers="none") as handle:
         train(120)
     assert "own work made" not in capfd.readouterr().err
+    assert handle.own_share is not None and handle.own_share < full_share / 2
     with RunStore(handle.store) as run:
         assert not [e for e in run.events("warning") if e.name == "overhead"]
 

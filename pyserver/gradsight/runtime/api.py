@@ -35,6 +35,12 @@ class Handle:
         """(step, trigger) of every anomaly caught so far."""
         return list(self._session.anomalies)
 
+    @property
+    def own_share(self) -> float | None:
+        """gradsight's own time on the training thread over the rest of the run's time (0.04: it made
+        the run 4% longer), from the first step to now or to the close; None before a step."""
+        return self._session.own_share()
+
     def log(self, loss: float | torch.Tensor | None = None) -> None:
         self._session.log(loss)
 
