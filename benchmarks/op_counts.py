@@ -27,10 +27,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent / "pyserver")]
-from gradsight.runtime import activations as _activations  # noqa: E402
-from gradsight.runtime import session as _session  # noqa: E402
 from gradsight.runtime.api import watch  # noqa: E402
-from overhead import TASKS  # noqa: E402
+from overhead import CALLBACKS, TASKS  # noqa: E402
 
 VIEWS = {"view", "_unsafe_view", "reshape", "alias", "detach", "slice", "select", "as_strided", "expand", "t", "transpose",
          "unsqueeze", "squeeze", "permute", "_reshape_alias", "lift_fresh", "empty", "empty_strided", "_to_copy_noop"}
@@ -69,9 +67,8 @@ def _counted(cls: type, name: str) -> None:
 
 
 def _install() -> None:
-    for name in ("on_optimizer_pre", "on_optimizer_post", "on_backward_begin", "on_backward_end", "on_zero_grad", "_on_root_forward"):
-        _counted(_session.Session, name)
-    _counted(_activations.ActivationRecorder, "_hook")
+    for cls, name in CALLBACKS:
+        _counted(cls, name)
 
 
 def _split(ops: Counter[str]) -> tuple[int, int]:

@@ -54,10 +54,13 @@ def _account(cls: type, name: str) -> None:
     setattr(cls, name, timed)
 
 
-for _name in ("on_optimizer_pre", "on_optimizer_post", "on_backward_begin", "on_backward_end", "on_zero_grad", "_on_root_forward"):
-    _account(_session.Session, _name)
-_account(_activations.ActivationRecorder, "_hook")
-_account(_activations.ActivationRecorder, "_pre_hook")
+# gradsight's callbacks on the training thread (op_counts.py instruments the same ones)
+CALLBACKS: tuple[tuple[type, str], ...] = (
+    *((_session.Session, name) for name in ("on_optimizer_pre", "on_optimizer_post", "on_backward_begin", "on_backward_end",
+                                            "on_zero_grad", "_on_root_forward")),
+    (_activations.ActivationRecorder, "_hook"), (_activations.ActivationRecorder, "_pre_hook"))
+for _cls, _name in CALLBACKS:
+    _account(_cls, _name)
 
 Step = Callable[[], None]
 POOL = 32  # batches cycled through: one fixed batch gets memorised, and its dead units are real anomalies

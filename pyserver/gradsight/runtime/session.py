@@ -174,10 +174,10 @@ class Session:
         self._errors: set[str] = set()
         self._broken = False
         self._last_time = time.perf_counter()
-        self._own_time = 0.0  # seconds spent in the step callbacks since the window began
-        self._own_total = 0.0  # ... since the first step, activation hooks folded in at each window's end
-        self._span: list[float] = []  # perf_counter of the first step's start, then of the close
-        self._window = (0, time.perf_counter())  # (first step, start time) of the overhead window
+        self._own_steps = 0.0  # seconds spent in the step callbacks (the activation hooks count their own)
+        self._started: float | None = None  # perf_counter() when the first step began
+        self._closed_at: float | None = None
+        self._window = (0, time.perf_counter(), 0.0)  # the overhead window's first step, start time, own time then
         self._overhead_warned = False
         self._pending: _Pending | None = None
         self._in_step = False  # deferral turned off for good (a debugger condition reads the history)
@@ -225,8 +225,7 @@ class Session:
             return
         self._finish_pending()
         self._guard("step", lambda: self._write_updates(self._transfer.fetch()))  # the last sampled step's
-        if self._span:
-            self._span[1:] = [time.perf_counter()]
+        self._closed_at = time.perf_counter()
         self.closed = True
         self._hooks.remove()
         if self._finder is not None:
@@ -837,34 +836,31 @@ class Session:
 
     def _timed_step(self, fn: Callable[[], object]) -> None:
         t0 = time.perf_counter()
-        if not self._span:
-            self._span.append(t0)
+        if self._started is None:
+            self._started = t0
         self._guard("step", fn)
-        dt = time.perf_counter() - t0
-        self._own_time += dt
-        self._own_total += dt
+        self._own_steps += time.perf_counter() - t0
+
+    def _own_seconds(self) -> float:
+        """Seconds of gradsight's own work on the training thread so far."""
+        return self._own_steps + (self.recorder.spent if self.recorder is not None else 0.0)
 
     def own_share(self) -> float | None:
         """gradsight's own time on the training thread over the rest of the run's time since its first
         step (to the close, once closed): 0.04 means it made the run 4% longer. None before a step."""
-        if not self._span:
+        if self._started is None:
             return None
-        end = self._span[1] if len(self._span) > 1 else time.perf_counter()
-        own = self._own_total + (self.recorder.spent if self.recorder is not None else 0.0)
-        rest = end - self._span[0] - own
+        own = self._own_seconds()
+        rest = (self._closed_at or time.perf_counter()) - self._started - own
         return own / rest if rest > 0 else None
 
     def _check_overhead(self) -> None:
         """At the end of each window of steps: gradsight's own share of the training thread's time
         (step callbacks and activation hooks), reported once when it slows training noticeably."""
-        now = time.perf_counter()
-        first, start = self._window
-        own = self._own_time + (self.recorder.spent if self.recorder is not None else 0.0)
-        self._own_time = 0.0
-        if self.recorder is not None:
-            self._own_total += self.recorder.spent
-            self.recorder.spent = 0.0
-        self._window = (self.step, now)
+        now, total = time.perf_counter(), self._own_seconds()
+        first, start, before = self._window
+        self._window = (self.step, now, total)
+        own = total - before
         steps = self.step - first
         rest = now - start - own
         if self._overhead_warned or first == 0 or steps <= 0 or rest <= 0:  # (the first window holds the session's start)

@@ -91,8 +91,7 @@ class QuickCheck:
 
     def __init__(self, t: Thresholds, layers: np.ndarray, weighted: np.ndarray, numel: np.ndarray) -> None:
         self.t = t
-        self.layers = layers
-        self.weighted = weighted
+        self._n_layers, self._n_weighted = len(layers), len(weighted)
         # masks over all modules, so that each test is one masked reduction (a step's hook pays per call)
         self._layer_mask = np.zeros(len(numel), dtype=bool)
         self._layer_mask[layers] = True
@@ -111,9 +110,9 @@ class QuickCheck:
         norms = cur.modules.get("grad_norm")
         if norms is None:
             return True
-        if len(self.layers) and not norms.max(where=self._layer_mask, initial=-np.inf) <= self.t.layer_grad_norm:  # NaN: not quiet
+        if self._n_layers and not norms.max(where=self._layer_mask, initial=-np.inf) <= self.t.layer_grad_norm:  # NaN: not quiet
             return False
-        if len(self.weighted) >= 2:
+        if self._n_weighted >= 2:
             low = (norms * self._inv_root_numel).min(where=self._weighted_mask, initial=np.inf)
             if not low >= self.t.vanishing_mean_grad:  # zero (dead) or tiny (vanishing) or NaN
                 return False
