@@ -13,7 +13,7 @@ from pytest_lsp import LanguageClient
 from gradsight.store import RunStore
 
 from .conftest import FAULTS, ROOT, SCRIPTS, run_gradsight
-from .lsp_helpers import SERVER, apply_edit, begin, command, line_of, open_doc, trace_in_background, until, workspace_with_run
+from .lsp_helpers import SERVER, apply_edit, begin, collect, command, line_of, open_doc, trace_in_background, until, workspace_with_run
 
 SCENARIOS = ROOT / "tests" / "scenarios"
 
@@ -166,3 +166,54 @@ async def test_one_line_stands_for_all_its_instances(bert: LanguageClient):
     watch = await command(bert, "gradsight.validateCondition", {"condition": "grad_norm > 50", "uri": uri, "line": line})
     assert watch["scope"] == "bert.encoder.layer.*.attention.self.query"
     assert watch["breakCondition"] == 'layer("bert.encoder.layer.*.attention.self.query").grad_norm > 50'
+
+
+@pytest.fixture
+def slowed_ws(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A workspace whose run (a real one, at full detail) warned that gradsight slowed its steps:
+    the warning's thresholds are lowered so that any cost of its own is reported."""
+    import torch
+    from torch import nn
+
+    import gradsight
+    from gradsight.runtime import session
+
+    monkeypatch.setattr(session, "OVERHEAD_WINDOW", 20)
+    monkeypatch.setattr(session, "OVERHEAD_SHARE", 0.0)
+    monkeypatch.setattr(session, "OVERHEAD_MIN_MS", 0.0)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=1e-2)
+    runs = tmp_path / ".gradsight" / "runs"
+    with gradsight.watch(model, opt, store=runs / "slowed.db", every=1, triggers="none"):
+        for _ in range(50):
+            x = torch.randn(8, 16)
+            opt.zero_grad()
+            model(x).pow(2).mean().backward()
+            opt.step()
+    return tmp_path
+
+
+@pytest_lsp.fixture(config=SERVER)
+async def slowed(lsp_client: LanguageClient, slowed_ws: Path):
+    lsp_client.warnings = collect(lsp_client, "gradsight/warning")  # type: ignore[attr-defined]
+    await begin(lsp_client, slowed_ws)
+    yield
+    await lsp_client.shutdown_session()
+
+
+async def test_the_runtimes_overhead_warning_reaches_the_editor(slowed: LanguageClient):
+    """gradsight's own slowdown, measured by the runtime, arrives once as a gradsight/warning and stays in the run's state."""
+    ws: Path = slowed.ws  # type: ignore[attr-defined]
+    run = str(ws / ".gradsight" / "runs" / "slowed.db")
+    warning = await until(lambda: next((w for w in slowed.warnings if w.name == "overhead"), None),  # type: ignore[attr-defined]
+                          what="the overhead warning")
+    assert warning.run == run and warning.step == 39  # the window after the one holding the session's start
+    assert warning.value > 0 and "own work made steps 20-39" in warning.message and "activation statistics every 1 step" in warning.message
+    with RunStore(run) as store:
+        share = next(e.value for e in store.events("warning") if e.name == "overhead")
+    state = await command(slowed, "gradsight.state")
+    assert state["slowdown"] == pytest.approx(1 + share) and state["overhead"] == warning.message
+    assert not slowed.anomalies  # type: ignore[attr-defined]  (the tool's cost is not the model's fault)
+    await command(slowed, "gradsight.openRun", {"path": run})  # announcing again sends nothing new
+    assert len([w for w in slowed.warnings if w.name == "overhead"]) == 1  # type: ignore[attr-defined]

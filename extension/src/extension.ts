@@ -11,10 +11,12 @@ import { needsRestart } from './settings';
 import { Status } from './status';
 
 interface Anomaly { run: string; step: number | null; kind: string; trigger: string; module: string | null; message: string; uri: string | null; line: number | null }
+interface RuntimeWarning { run: string; step: number | null; name: string; value: number | null; message: string }
 interface RunEntry { path: string; name: string; status: string | null; steps: number | null; script: string | null }
 
 let server: Server | undefined;
 const announced = new Set<string>();
+const warned = new Set<string>();
 
 export async function activate(context: vscode.ExtensionContext): Promise<{ server: Server }> {
     const output = vscode.window.createOutputChannel('gradsight');
@@ -36,6 +38,13 @@ export async function activate(context: vscode.ExtensionContext): Promise<{ serv
             if (a.kind === 'trigger' && !announced.has(a.run)) {
                 announced.add(a.run);
                 void announce(context, srv, a);
+            }
+        });
+        client.onNotification('gradsight/warning', (w: RuntimeWarning) => {
+            output.appendLine(`warning: ${w.name}${w.step !== null ? ` at step ${w.step}` : ''}: ${w.message}`);
+            if (w.name === 'overhead' && !warned.has(w.run)) { // once per run: gradsight slowed it
+                warned.add(w.run);
+                void vscode.window.showWarningMessage(w.message);
             }
         });
     });

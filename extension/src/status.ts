@@ -14,7 +14,8 @@ export class Status implements vscode.Disposable {
     show(state: RunState): void {
         this.item.text = statusText(state);
         this.item.tooltip = state.run
-            ? `gradsight: ${state.run}\n${state.status ?? ''}${state.health != null ? ` · model health ${state.health}/100` : ''}\nClick to open another run`
+            ? `gradsight: ${state.run}\n${state.status ?? ''}${state.health != null ? ` · model health ${state.health}/100` : ''}\n`
+              + `${state.overhead ? `${state.overhead}\n` : ''}Click to open another run`
             : 'gradsight: no run yet. Trace a script (F5 with a gradsight configuration, or gradsight trace train.py)';
         this.item.show();
     }

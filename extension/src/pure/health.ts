@@ -22,6 +22,8 @@ export interface RunState {
     anomalies?: number;
     health?: number | null;
     error?: string | null;
+    slowdown?: number | null; // 1 + gradsight's own share of the step time, when the runtime warned of it
+    overhead?: string | null; // what the runtime said then
 }
 
 export interface HealthNotification {
@@ -97,6 +99,9 @@ export function statusText(s: RunState): string {
     }
     const n = s.anomalies ?? 0;
     parts.push(n === 1 ? '1 anomaly' : `${n} anomalies`);
+    if (typeof s.slowdown === 'number' && Number.isFinite(s.slowdown)) {
+        parts.push(`gradsight ${s.slowdown.toFixed(1)}x slower`); // its own cost, not the model's
+    }
     const icon = s.status === 'running' ? '$(sync~spin)' : n > 0 ? '$(warning)' : '$(pass)';
     return `${icon} gradsight ${parts.join(' · ')}`;
 }

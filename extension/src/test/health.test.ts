@@ -37,6 +37,8 @@ test('status text says step, loss and anomalies', () => {
     assert.equal(statusText({ run: '/r.db', error: 'bad' }), '$(warning) gradsight: run unreadable');
     assert.equal(statusText({ run: '/r.db', error: 'r.db: nothing to diagnose: it is still being written and has no step yet' }),
         '$(sync~spin) gradsight: waiting for the first step');
+    assert.equal(statusText({ run: '/r.db', step: 420, loss: 1.5, anomalies: 0, status: 'running', slowdown: 2.61, overhead: 'x' }),
+        '$(sync~spin) gradsight step 420 · loss 1.5 · 0 anomalies · gradsight 2.6x slower');
     assert.equal(formatNumber(8.196e6), '8.20e+6');
     assert.equal(formatNumber(NaN), 'NaN');
 });

@@ -211,6 +211,8 @@ class GradsightServer(LanguageServer):
             self.published.discard(uri)
 
     def announce_anomalies(self) -> None:
+        """Notify the client of each new event once: anomalies and breakpoints (``gradsight/anomaly``) and the
+        runtime's warnings (``gradsight/warning``)."""
         view = self.view
         if view is None:
             return
@@ -220,9 +222,13 @@ class GradsightServer(LanguageServer):
                 for m in e.modules:
                     where[m] = (uri, e.line - 1)
         for ev in view.events():
-            if ev.kind not in ("trigger", "breakpoint") or (view.path, ev.id) in self.seen_events:
+            if ev.kind not in ("trigger", "breakpoint", "warning") or (view.path, ev.id) in self.seen_events:
                 continue
             self.seen_events.add((view.path, ev.id))
+            if ev.kind == "warning":  # the runtime about itself or the run's set-up (its cost, a watch it could not parse, ...)
+                self.protocol.notify("gradsight/warning", {"run": view.path, "step": ev.step, "name": ev.name, "value": ev.value,
+                                                           "message": ev.message})
+                continue
             uri, line = where.get(ev.module or "", (None, None))
             self.protocol.notify("gradsight/anomaly", {
                 "run": view.path, "step": ev.step, "kind": ev.kind, "trigger": ev.name, "module": ev.module, "condition": ev.condition,

@@ -118,16 +118,20 @@ class RunView:
         return [] if self.data is None else self.data.events
 
     def state(self) -> dict[str, Any]:
-        """What a status bar shows: the run, its step, loss and anomalies."""
+        """What a status bar shows: the run, its step, loss, anomalies, and gradsight's own slowdown when it warned of one."""
         steps = self.data.steps if self.data is not None else None
         loss = None
         if steps is not None and len(steps["loss"]):
             v = float(steps["loss"][-1])
             loss = v if np.isfinite(v) else None
         anomalies = [e for e in self.events() if e.kind in ("trigger", "breakpoint")]
+        overhead = next((e for e in self.events() if e.kind == "warning" and e.name == "overhead"), None)
         d = self.diagnosis or {}
         return {"run": self.path, "status": self.status, "step": self.last_step, "loss": loss, "anomalies": len(anomalies),
-                "health": d.get("health"), "rootCause": d.get("root_cause"), "error": self.error}
+                "health": d.get("health"), "rootCause": d.get("root_cause"), "error": self.error,
+                # gradsight's own cost when it slowed the steps noticeably: (1 + its share), and what it said
+                "slowdown": None if overhead is None or overhead.value is None else 1.0 + overhead.value,
+                "overhead": None if overhead is None else overhead.message}
 
 
 def build_view(path: str, thresholds: th.Thresholds | None = None, overrides: dict[str, Any] | None = None) -> RunView:
