@@ -242,6 +242,34 @@ def test_update_ratio_of_a_large_layer_from_its_sample(tmp_path: Path) -> None:
         assert ratio[-1, layer] == pytest.approx(exact, rel=0.05)
 
 
+def test_update_ratio_at_every_step_of_full_detail(tmp_path: Path) -> None:
+    """At full detail the copies of the weights before each step are reused from step to step: every
+    step's ratio still equals mean|dW| / mean|W| of that step, also after a layer's weight got new
+    storage mid-run."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    layer = model[0]
+    exact: list[float] = []
+    with gradsight.watch(model, opt, store=tmp_path / "run.db", every=1, triggers="none") as handle:
+        for step in range(12):
+            if step == 6:  # the weight's storage replaced (as a checkpoint load or a re-initialisation does)
+                with torch.no_grad():
+                    layer.weight.data = torch.randn(16, 8) * 0.3
+            before = [p.detach().clone() for p in layer.parameters()]
+            x = torch.randn(16, 8)
+            opt.zero_grad()
+            (model(x) - x[:, :1]).pow(2).mean().backward()
+            opt.step()
+            delta = sum(float((p.detach() - b).abs().sum()) for p, b in zip(layer.parameters(), before))
+            exact.append(delta / sum(float(b.abs().sum()) for b in before))
+    with RunStore(handle.store) as run:
+        steps, ratio = run.metric("update_ratio")
+        first = next(m.id for m in run.modules() if m.name == "0")
+    assert list(steps) == list(range(12))
+    assert ratio[:, first] == pytest.approx(np.array(exact), rel=1e-4)
+
+
 def _reference_stats(module: nn.Module, inp: torch.Tensor, out: torch.Tensor) -> dict[str, float]:
     """What each activation statistic means, computed the plain way."""
     x = out.detach().double()

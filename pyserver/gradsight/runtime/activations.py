@@ -284,10 +284,10 @@ def aggregate(n_modules: int, meta: list[tuple[int, int, int, int]], flat: np.nd
                 cur[c] = max(cur[c], v)
             else:
                 cur[c] = (cur[c] + v) / 2
-    table = np.full((n_modules, len(FIELDS)), np.nan)
+    table = np.full((len(FIELDS), n_modules), np.nan)  # a row per field: each metric is a contiguous view
     if merged:
-        table[list(merged)] = np.array(list(merged.values()), dtype=np.float64)
-    return {f: table[:, c].copy() for c, f in enumerate(FIELDS)}, first_bad
+        table[:, list(merged)] = np.array(list(merged.values()), dtype=np.float64).T
+    return dict(zip(FIELDS, table)), first_bad
 
 
 def _fit(arr: np.ndarray, budget: int) -> np.ndarray:

@@ -247,10 +247,13 @@ def _update_sample(p: torch.Tensor) -> torch.Tensor:
 
 class UpdateTracker:
     """|dW| / |W| (mean absolute values, L1) for the parameters an optimizer steps, on sampled steps,
-    from a strided sample of each parameter (memory and time bounded per parameter, not per model)."""
+    from a strided sample of each parameter (memory and time bounded per parameter, not per model).
+    The samples before the step are copied into buffers, kept while consecutive steps are sampled
+    (no allocation per step at full detail); the difference is taken in place."""
 
     def __init__(self) -> None:
-        self._before: list[torch.Tensor] | None = None
+        self._buffers: list[torch.Tensor] = []
+        self._weight: torch.Tensor | list[torch.Tensor] | None = None  # ||W||_1 of the samples before the step
         self._ids: list[int] = []
         self._views: dict[int, tuple[int, torch.Tensor]] = {}  # parameter id -> (its data pointer, its sample view)
 
@@ -272,25 +275,37 @@ class UpdateTracker:
 
     def before(self, layout: Layout, ids: list[int]) -> None:
         samples = self._samples(layout, ids)
+        if ids != self._ids or any(b.shape != s.shape or b.device != s.device or b.dtype != s.dtype
+                                   for b, s in zip(self._buffers, samples)):
+            self._buffers = [torch.empty_like(s) for s in samples]
         self._ids = ids
-        try:  # one fused copy
-            self._before = list(torch._foreach_mul(samples, 1.0))
-        except RuntimeError:
-            self._before = [s.clone() for s in samples]
+        with torch.no_grad():
+            try:  # one fused copy
+                torch._foreach_copy_(self._buffers, samples)
+            except RuntimeError:
+                for b, s in zip(self._buffers, samples):
+                    b.copy_(s)
+            self._weight = foreach_norm(self._buffers, 1.0)
 
-    def after(self, layout: Layout, transfer: Transfer) -> list[int] | None:
-        """Queue the sampled ||dW||_1 and ||W||_1 for the next transfer; returns the parameter ids they belong to."""
-        if self._before is None:
+    def after(self, layout: Layout, transfer: Transfer, *, keep: bool = False) -> list[int] | None:
+        """Queue the sampled ||dW||_1 and ||W||_1 for the next transfer; returns the parameter ids they belong to.
+        ``keep``: the next step is sampled too, so the buffers are kept for it (else they are freed)."""
+        if self._weight is None:
             return None
         now = self._samples(layout, self._ids)
-        try:
-            delta = list(torch._foreach_sub(now, self._before))
-        except RuntimeError:
-            delta = [a - b for a, b in zip(now, self._before)]
-        transfer.add("upd_delta", foreach_norm(list(delta), 1.0))
-        transfer.add("upd_weight", foreach_norm(self._before, 1.0))
-        self._before = None
-        return self._ids
+        with torch.no_grad():
+            try:  # before - after, in place: the L1 norm does not care for the sign
+                torch._foreach_sub_(self._buffers, now)
+            except RuntimeError:
+                for b, s in zip(self._buffers, now):
+                    b.sub_(s)
+            transfer.add("upd_delta", foreach_norm(self._buffers, 1.0))
+        transfer.add("upd_weight", self._weight)
+        self._weight = None
+        ids = self._ids
+        if not keep:
+            self._buffers, self._ids = [], []
+        return ids
 
 
 def update_ratio(layout: Layout, ids: list[int], delta: np.ndarray, weight: np.ndarray) -> np.ndarray:

@@ -186,6 +186,7 @@ class Session:
         self._order_known = False
         self._params_state: dict[int, tuple[int, int, int]] = {}
         self._warned_unstepped = False
+        self._params_due = 0  # the next sampled step at which the parameters' set-up is recorded
         self._loss_modules_seen: set[str] = set()
         self._finder: RootFinder | None = None
         self._hooks = GlobalHooks(self)
@@ -548,7 +549,7 @@ class Session:
         if act_ids:
             acts, first_bad = act.aggregate(layout.n_modules, act_ids, host["act"])
             mods.update(acts)
-            mods["nan_count"] = mods.get("nan_count", 0.0) + np.nan_to_num(acts["act_nan"])
+            mods["nan_count"] = mods.get("nan_count", 0.0) + np.fmax(acts["act_nan"], 0.0)  # (fmax: NaN -> 0)
             if first_bad is not None:
                 scalars["first_nonfinite_module"] = float(first_bad)
         upd = self._write_updates(host)
@@ -589,7 +590,8 @@ class Session:
         if self.recorder is not None and self.recorder.loss_modules - self._loss_modules_seen:
             self._loss_modules_seen |= self.recorder.loss_modules
             self.writer.update_run(loss_module=",".join(sorted(self._loss_modules_seen)))
-        if sampled:
+        if sampled and step >= self._params_due:  # (parameters' set-up rarely changes: not at every step of full detail)
+            self._params_due = step + DEFAULT_EVERY
             self._update_params(sample.present)
         primary = self._primary() if self._primary is not None else None
         if sampled and primary is not None:
@@ -600,7 +602,7 @@ class Session:
     def _end_step(self) -> None:
         layout = self.layout
         if layout is not None:
-            ids = self._updates.after(layout, self._transfer)
+            ids = self._updates.after(layout, self._transfer, keep=self._sampled(self.step + 1))
             if ids is not None:
                 self._upd_ids, self._upd_step = ids, self.step
         self.step += 1
@@ -938,6 +940,10 @@ def _fmt(v: float) -> str:
     return f"{v:.4g}"
 
 
+# how an activation statistic of the whole model follows from its modules' values
+_WHOLE_MODEL = {"act_max": "max", "act_min": "min", "act_std": "max", "dead_frac": "max", "sat_frac": "max", "act_mean": "mean"}
+
+
 def _global_from_modules(scalars: dict[str, float], mods: dict[str, np.ndarray], layout: Layout) -> None:
     """Whole-model values of layer metrics, read by unscoped conditions."""
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -945,11 +951,17 @@ def _global_from_modules(scalars: dict[str, float], mods: dict[str, np.ndarray],
         for kind in ("grad_mean", "grad_zero_frac", "weight_norm", "update_ratio"):
             if kind in mods and len(mods[kind]):
                 scalars[kind] = float(mods[kind][root])
-        for kind, fn in (("act_max", np.nanmax), ("act_min", np.nanmin), ("act_std", np.nanmax), ("dead_frac", np.nanmax),
-                         ("sat_frac", np.nanmax), ("act_mean", np.nanmean)):
-            arr = mods.get(kind)
-            if arr is not None and np.isfinite(arr).any():
-                scalars[kind] = float(fn(arr))
+        kinds = [k for k in _WHOLE_MODEL if k in mods]
+        if kinds:  # one reduction per statistic over all of them (NaN: no value), not one per kind
+            table = np.stack([mods[k] for k in kinds])
+            finite = np.isfinite(table).any(axis=1)
+            high, low = np.fmax.reduce(table, axis=1), np.fmin.reduce(table, axis=1)
+            known = ~np.isnan(table)
+            mean = np.where(known, table, 0.0).sum(axis=1) / known.sum(axis=1)
+            for r, kind in enumerate(kinds):
+                if finite[r]:
+                    how = _WHOLE_MODEL[kind]
+                    scalars[kind] = float(high[r] if how == "max" else low[r] if how == "min" else mean[r])
         if "nan_count" in mods:
             own = layout.owns_params  # each parameter counted once, at its owner
             scalars["nan_count"] = float(np.nansum(np.where(own, mods["nan_count"], 0.0)))
