@@ -2,7 +2,7 @@
 # gradsight's overhead on a CUDA GPU, for a session lent one: one command, under 5 minutes.
 #   bash benchmarks/gpu_check.sh [OUT_DIR]
 # Checks that deferred reading records the same run on CUDA (defer_check.py), times the activation
-# reductions (activation_ops.py), counts the tensor operations per step (op_counts.py), runs the interleaved overhead benchmark (plain vs gradsight
+# reductions (activation_ops.py), counts the tensor operations per step (op_counts.py), puts each mode beside its floor (floor.py), runs the interleaved overhead benchmark (plain vs gradsight
 # defaults vs defaults read at once vs full detail) on the tiny
 # BERT, the demo transformer and the CNN, then torch.autograd.detect_anomaly beside them (peers.py,
 # the peers that are installed). Needs python3 with torch (CUDA) and transformers; no install.
@@ -20,6 +20,7 @@ PY
 "$PY" benchmarks/defer_check.py --device cuda 2>&1 | tee "$OUT/defer.txt"
 "$PY" benchmarks/activation_ops.py --device cuda 2>&1 | tee "$OUT/activation-ops.txt"
 "$PY" benchmarks/op_counts.py --device cuda 2>&1 | tee "$OUT/op-counts.txt"
+"$PY" benchmarks/floor.py --device cuda --rounds 2 --steps 100 2>&1 | tee "$OUT/floor.txt"
 "$PY" benchmarks/overhead.py --device cuda --models bert,demo,cnn --rounds 5 --steps 200 --full --sync 2>&1 | tee "$OUT/overhead.txt"
 "$PY" benchmarks/overhead.py --device cuda --models bert-base --rounds 3 --steps 100 --full --sync 2>&1 | tee "$OUT/overhead-bert-base.txt"
 if [ -f benchmarks/peers.py ]; then

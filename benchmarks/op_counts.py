@@ -91,7 +91,14 @@ def main() -> None:
     ap.add_argument("--models", default="bert,demo,cnn")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--top", type=int, default=0, help="also print the N most frequent operations of a full-detail step")
+    ap.add_argument("--accelerator-path", action="store_true",
+                    help="on CPU, count the operations gradsight uses on accelerators (fused statistics; what a GPU launches)")
     args = ap.parse_args()
+    if args.accelerator_path:
+        from gradsight.runtime import activations, gradstats
+
+        activations.row_flags = lambda flags, device: flags | activations._MOMENTS  # type: ignore[assignment]
+        gradstats._all_on_cpu = lambda tensors: False  # type: ignore[assignment]
     _install()
     print(f"device {args.device}, torch {torch.__version__}; ATen operations per step inside gradsight's callbacks "
           "(compute, + views/metadata)")

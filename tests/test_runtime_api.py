@@ -284,14 +284,22 @@ def _reference_stats(module: nn.Module, inp: torch.Tensor, out: torch.Tensor) ->
         ref["dead_frac"] = dead(x)
     if isinstance(module, (nn.Linear, nn.Conv2d)):
         ref["in_dead_frac"] = dead(inp.detach())
-    if isinstance(module, nn.Tanh):
+    if isinstance(module, (nn.Tanh, nn.Sigmoid)):
         ref["sat_frac"] = float((inp.detach().abs() > 5).double().mean())
     return ref
 
 
-def test_activation_and_gradient_statistics_match_their_definitions(tmp_path: Path) -> None:
+@pytest.mark.parametrize("moments", [False, True], ids=["cpu-reductions", "accelerator-reductions"])
+def test_activation_and_gradient_statistics_match_their_definitions(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                    moments: bool) -> None:
     """Every stored statistic of every module equals its definition computed directly (the runtime's
-    cheaper reductions, the reuse of a ReLU's dead units for the next layer, the host-side decoding)."""
+    cheaper reductions, the reuse of a ReLU's dead units for the next layer, the host-side decoding),
+    with the reductions used on CPU and with those used on accelerators (forced here on CPU), also
+    for outputs whose spread is tiny beside their mean (a saturated sigmoid, a shifted layer)."""
+    from gradsight.runtime import activations
+
+    if moments:
+        monkeypatch.setattr(activations, "row_flags", lambda flags, device: flags | activations._MOMENTS)
     torch.manual_seed(0)
 
     class Net(nn.Module):
@@ -304,16 +312,21 @@ def test_activation_and_gradient_statistics_match_their_definitions(tmp_path: Pa
             self.fc2 = nn.Linear(32, 16)
             self.tanh = nn.Tanh()
             self.out = nn.Linear(16, 1)
+            self.shifted = nn.Linear(4 * 6 * 6, 64)
+            self.sigmoid = nn.Sigmoid()
 
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             h = self.crelu(self.conv(x)).flatten(1)
-            return self.out(self.tanh(self.fc2(self.relu(self.fc1(h)))))
+            gate = self.sigmoid(self.shifted(h)).mean(dim=1, keepdim=True)
+            return self.out(self.tanh(self.fc2(self.relu(self.fc1(h))))) * gate
 
     model = Net()
     with torch.no_grad():
         model.fc1.bias[:10] = -50.0  # dead ReLU units, and dead inputs of fc2
         model.fc2.weight.mul_(200.0)  # a saturated tanh
         model.conv.bias[:1] = -50.0  # a dead channel
+        model.shifted.weight.mul_(1e-3)
+        model.shifted.bias.fill_(9.0)  # outputs 9 +- ~1e-3, and a sigmoid at 0.99988 +- ~1e-7
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
     refs: list[dict[str, dict[str, float]]] = []
     grads: list[dict[str, torch.Tensor]] = []
@@ -340,12 +353,15 @@ def test_activation_and_gradient_statistics_match_their_definitions(tmp_path: Pa
             for s in range(3):
                 for name, ref in refs[s].items():
                     got = values[s, ids[name]]
-                    if kind in ref:
+                    if kind == "act_std":  # relative: a tiny spread must not pass as zero
+                        assert got == pytest.approx(ref[kind], rel=1e-3, abs=0), (kind, s, name)
+                        checked += 1
+                    elif kind in ref:
                         assert got == pytest.approx(ref[kind], rel=1e-4, abs=1e-5), (kind, s, name)
                         checked += 1
                     else:
                         assert np.isnan(got), (kind, s, name)
-        assert checked > 3 * 7 * 5
+        assert checked > 3 * 9 * 5
         assert run.metric("dead_frac")[1][0, ids["relu"]] >= 10 / 32 and run.metric("sat_frac")[1][0, ids["tanh"]] > 0.1
         for kind, fn in (("grad_zero_frac", lambda g: float((g == 0).double().mean())),
                          ("grad_mean", lambda g: float(g.double().abs().mean())),

@@ -62,8 +62,11 @@ def _nonneg_output(module: nn.Module) -> bool:
 # which optional fields a row carries
 _DEAD, _SAT, _IN_DEAD = 1, 2, 4
 _NONNEG = 8  # not a field: the output is >= 0, so fewer reductions find its zeros and dead units
+_MOMENTS = 16  # not a field: the row holds the mean and variance from one fused kernel (accelerators)
 _FIELD_FLAGS = _DEAD | _SAT | _IN_DEAD
-_BASE = 5  # min, max, sum, sum of squares, non-zero count
+# min, max, sum of x - x[0], sum of its squares, non-zero count, x[0];
+# with _MOMENTS: min, max, mean, (population) variance, non-zero count
+_BASE = 6
 
 
 def module_flags(module: nn.Module) -> int:
@@ -71,8 +74,17 @@ def module_flags(module: nn.Module) -> int:
         _IN_DEAD if isinstance(module, WEIGHTED) else 0) | (_NONNEG if _nonneg_output(module) else 0)
 
 
+def row_flags(flags: int, device: torch.device) -> int:
+    """A module's flags for a row measured on ``device``."""
+    return flags | (_MOMENTS if device.type != "cpu" else 0)
+
+
+def _base(flags: int) -> int:
+    return _BASE - 1 if flags & _MOMENTS else _BASE
+
+
 def _width(flags: int) -> int:
-    return _BASE + bin(flags & _FIELD_FLAGS).count("1")
+    return _base(flags) + bin(flags & _FIELD_FLAGS).count("1")
 
 
 def activation_stats(module: nn.Module, flags: int, inp: torch.Tensor | None, out: torch.Tensor,
@@ -82,21 +94,25 @@ def activation_stats(module: nn.Module, flags: int, inp: torch.Tensor | None, ou
     known (it is an output measured just before: see :meth:`ActivationRecorder._known_dead`).
 
     On CPU non-zeros are counted as the sum of ``|sign(x)|`` (``torch.count_nonzero`` and sums of
-    boolean masks cost 6-27x more there: benchmarks/activation_ops.py); every field is float32, so
-    the row is one ``stack``."""
+    boolean masks cost 6-27x more there: benchmarks/activation_ops.py), and the spread is the sum
+    of squares of ``x - x[0]``: a plain sum of squares in float32 loses the variance of values far
+    from zero (a saturated sigmoid at 0.9999 +- 1e-4 read std 0), while the first value is near
+    the mean whenever the spread is small. ``torch.var_mean``, one kernel on accelerators, costs
+    20-30x a sum on CPU. Every field is float32, so the row is one ``stack``."""
     x = out.detach()
     if x.dtype != torch.float32:
         x = x.float()
     flat = x.reshape(-1)
     mn, mx = torch.aminmax(flat)
     nonneg = bool(flags & _NONNEG)
-    if nonneg:
-        nonzero = torch.sign(flat).sum()
-    elif flat.device.type == "cpu":
-        nonzero = torch.sign(flat).abs_().sum()
-    else:  # one reduction kernel (and a cast) on accelerators
-        nonzero = torch.count_nonzero(flat).float()
-    fields = [mn, mx, flat.sum(), torch.dot(flat, flat), nonzero]
+    if flags & _MOMENTS:  # one reduction kernel each (and a cast) on accelerators
+        var, mean = torch.var_mean(flat, correction=0)
+        fields = [mn, mx, mean, var, torch.count_nonzero(flat).float()]
+    else:
+        nonzero = torch.sign(flat).sum() if nonneg else torch.sign(flat).abs_().sum()
+        first = flat[0]
+        shifted = flat - first
+        fields = [mn, mx, shifted.sum(), torch.dot(shifted, shifted), nonzero, first]
     if flags & _DEAD:
         fields.append(dead_fraction(x, _unit_axis(module, x), nonneg=nonneg))
     if flags & _SAT:
@@ -119,8 +135,9 @@ class ActivationRecorder:
         self.rows: list[tuple[int, int, int, torch.Tensor | None]] = []  # module, flags, numel, stats (None: as previous)
         self._calls: dict[int, int] = {}
         self._last_out: torch.Tensor | None = None
-        # the last few measured outputs (q, k and v layers share one input), each with its dead units' axis and its row
-        self._recent: list[tuple[torch.Tensor, int, torch.Tensor]] = []
+        # the last few measured outputs (q, k and v layers share one input), each with its dead units' axis, its row
+        # and where the dead fraction is in it
+        self._recent: list[tuple[torch.Tensor, int, torch.Tensor, int]] = []
         self.order: list[int] = []  # pre-order of first forward calls, when asked for
         self.capture: set[int] = set()
         self.capture_budget = 0
@@ -178,18 +195,19 @@ class ActivationRecorder:
             out = first_tensor(output)
             if out is None or not out.is_floating_point() or out.numel() == 0:
                 return
-            flags = self._flags[i]
+            flags = row_flags(self._flags[i], out.device)
             inp = first_tensor(args) if flags & (_SAT | _IN_DEAD) else None
             if inp is not None and (not inp.is_floating_point() or inp.numel() == 0):
                 inp = None
-            if out is self._last_out and flags == 0 and self.rows:
+            if out is self._last_out and flags & ~_MOMENTS == 0 and self.rows:
                 self.rows.append((i, -1, out.numel(), None))  # a container passing its last child's output on
             else:
                 in_dead = self._known_dead(module, inp) if flags & _IN_DEAD else None
                 row = activation_stats(module, flags, inp, out, in_dead)
                 self.rows.append((i, flags, out.numel(), row))
                 # what the next layer's input dead units can be read from, when this output goes straight into it
-                self._recent = [(out, _unit_axis(module, out) if flags & _DEAD else -1, row), *self._recent[:RECENT_OUTPUTS - 1]]
+                self._recent = [(out, _unit_axis(module, out) if flags & _DEAD else -1, row, _base(flags)),
+                                *self._recent[:RECENT_OUTPUTS - 1]]
             self._last_out = out
             if i in self.capture and calls == 0 and self.capture_budget > 0:
                 arr = _fit(out.detach().float().cpu().numpy(), self.capture_budget)
@@ -206,11 +224,11 @@ class ActivationRecorder:
         """The dead fraction of a weighted layer's input when that input is an output just measured:
         a ReLU's own dead fraction along the same axis, or 0 for a CPU tensor without zeros (its
         count is on the host already); None when it must be measured."""
-        for out, axis, row in self._recent:
+        for out, axis, row, dead_at in self._recent:
             if inp is not out:
                 continue
             if axis >= 0 and axis == _unit_axis(module, inp):
-                return row[_BASE]
+                return row[dead_at]
             if row.device.type == "cpu" and inp.numel() < 2**24 and row.numpy()[4] == inp.numel():  # (a host read; float32 counts exactly)
                 return _ZERO
             return None
@@ -243,10 +261,14 @@ def _decode(meta: list[tuple[int, int, int, int]], flat: np.ndarray) -> list[tup
     for i, flags, n, src in meta:
         if flags >= 0 and src == len(decoded):  # a new device row starts here
             width = _width(flags)
-            mn, mx, total, sumsq, nonzero, *extra = values[pos : pos + width]
+            if flags & _MOMENTS:
+                mn, mx, mean, var, nonzero, *extra = values[pos : pos + width]
+            else:  # the sums of x - first and of its squares
+                mn, mx, shift, squares, nonzero, first, *extra = values[pos : pos + width]
+                mean = first + shift / n
+                var = (squares - shift * shift / n) / n
             pos += width
-            mean = total / n
-            var = max(0.0, (sumsq / n - mean * mean) * n / max(1, n - 1)) if math.isfinite(sumsq) else _NAN
+            var = max(0.0, var * n / max(1, n - 1)) if math.isfinite(var) else _NAN
             dead = extra.pop(0) if flags & _DEAD else _NAN
             sat = extra.pop(0) if flags & _SAT else _NAN
             in_dead = extra.pop(0) if flags & _IN_DEAD else _NAN

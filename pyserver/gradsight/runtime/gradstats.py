@@ -275,16 +275,17 @@ class UpdateTracker:
 
     def before(self, layout: Layout, ids: list[int]) -> None:
         samples = self._samples(layout, ids)
-        if ids != self._ids or any(b.shape != s.shape or b.device != s.device or b.dtype != s.dtype
-                                   for b, s in zip(self._buffers, samples)):
-            self._buffers = [torch.empty_like(s) for s in samples]
+        reuse = ids == self._ids and all(b.shape == s.shape and b.device == s.device and b.dtype == s.dtype
+                                         for b, s in zip(self._buffers, samples))
         self._ids = ids
         with torch.no_grad():
-            try:  # one fused copy
-                torch._foreach_copy_(self._buffers, samples)
-            except RuntimeError:
-                for b, s in zip(self._buffers, samples):
-                    b.copy_(s)
+            try:  # one fused copy (into the kept buffers, or new ones)
+                if reuse:
+                    torch._foreach_copy_(self._buffers, samples)
+                else:
+                    self._buffers = list(torch._foreach_mul(samples, 1.0))
+            except RuntimeError:  # mixed devices, say
+                self._buffers = [s.clone() for s in samples]
             self._weight = foreach_norm(self._buffers, 1.0)
 
     def after(self, layout: Layout, transfer: Transfer, *, keep: bool = False) -> list[int] | None:
