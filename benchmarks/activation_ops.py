@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "pyserver"))
-from gradsight.runtime.activations import activation_stats, dead_fraction, module_flags  # noqa: E402
+from gradsight.runtime.activations import activation_stats, dead_fraction, module_flags, row_flags  # noqa: E402
 
 SHAPES = {"conv 32x32x32x32": (32, 32, 32, 32), "hidden 16x64x512": (16, 64, 512), "hidden 16x64x128": (16, 64, 128)}
 
@@ -56,7 +56,9 @@ def report(label: str, x: torch.Tensor, dev: str) -> None:
         "dead units: amax, x >= 0 (gradsight, ReLU)": lambda: dead_fraction(x, axis, nonneg=True),
         "L2 norm (vector_norm)": lambda: torch.linalg.vector_norm(x),
         "sum of squares (dot)": lambda: torch.dot(x.reshape(-1), x.reshape(-1)),
-        "all statistics of a ReLU output (gradsight)": lambda: activation_stats(relu, module_flags(relu), None, x),
+        "x - x[0] (gradsight, CPU: the std's shift)": lambda: x.reshape(-1) - x.reshape(-1)[0],
+        "var_mean (gradsight, accelerators)": lambda: torch.var_mean(x.reshape(-1), correction=0),
+        "all statistics of a ReLU output (gradsight)": lambda: activation_stats(relu, row_flags(module_flags(relu), x.device), None, x),
     }
     print(f"{label}: ReLU {base:.1f} us")
     for name, fn in ops.items():
