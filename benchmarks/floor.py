@@ -48,6 +48,7 @@ class Floor:
         self.flags = {id(m): act.module_flags(m) & (act._DEAD | act._NONNEG) for m in model.modules()}
         self.full = full
         self.last: torch.Tensor | None = None
+        self.scratch: torch.Tensor | None = None  # as gradsight's work space for CPU rows
         self.handles = [opt.register_step_pre_hook(self._step)]
         if full:
             self.handles.append(torch.nn.modules.module.register_module_forward_hook(self._forward))
@@ -69,7 +70,10 @@ class Floor:
         out = first_tensor(output)
         # (a container passing its last child's output on is not measured again, as in gradsight)
         if flags is not None and out is not None and out is not self.last and out.is_floating_point() and out.numel():
-            act.activation_stats(module, act.row_flags(flags, out.device), None, out)
+            if out.device.type == "cpu" and (self.scratch is None or self.scratch.numel() < out.numel()):
+                self.scratch = torch.empty(out.numel(), dtype=torch.float32)
+            act.activation_stats(module, act.row_flags(flags, out.device), None, out, None,
+                                 self.scratch if out.device.type == "cpu" else None)
         self.last = out
         SPENT[0] += time.perf_counter() - t0
 

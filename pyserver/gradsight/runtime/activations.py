@@ -88,7 +88,7 @@ def _width(flags: int) -> int:
 
 
 def activation_stats(module: nn.Module, flags: int, inp: torch.Tensor | None, out: torch.Tensor,
-                     in_dead: torch.Tensor | None = None) -> torch.Tensor:
+                     in_dead: torch.Tensor | None = None, scratch: torch.Tensor | None = None) -> torch.Tensor:
     """A few reductions on the device (one float32 row, :func:`_width` long); means, std and
     fractions are finished on the host. ``in_dead``: the input's dead fraction when it is already
     known (it is an output measured just before: see :meth:`ActivationRecorder._known_dead`).
@@ -98,7 +98,9 @@ def activation_stats(module: nn.Module, flags: int, inp: torch.Tensor | None, ou
     of squares of ``x - x[0]``: a plain sum of squares in float32 loses the variance of values far
     from zero (a saturated sigmoid at 0.9999 +- 1e-4 read std 0), while the first value is near
     the mean whenever the spread is small. ``torch.var_mean``, one kernel on accelerators, costs
-    20-30x a sum on CPU. Every field is float32, so the row is one ``stack``."""
+    20-30x a sum on CPU. ``scratch``: a float32 CPU buffer of at least ``out``'s size for those
+    element-wise results (a fresh multi-megabyte tensor per output costs its page faults). Every
+    field is float32, so the row is one ``stack``."""
     x = out.detach()
     if x.dtype != torch.float32:
         x = x.float()
@@ -109,10 +111,12 @@ def activation_stats(module: nn.Module, flags: int, inp: torch.Tensor | None, ou
         var, mean = torch.var_mean(flat, correction=0)
         fields = [mn, mx, mean, var, torch.count_nonzero(flat).float()]
     else:
-        nonzero = torch.sign(flat).sum() if nonneg else torch.sign(flat).abs_().sum()
+        buf = scratch[: flat.numel()] if scratch is not None else torch.empty_like(flat)
         first = flat[0]
-        shifted = flat - first
-        fields = [mn, mx, shifted.sum(), torch.dot(shifted, shifted), nonzero, first]
+        shifted = torch.sub(flat, first, out=buf)
+        fields = [mn, mx, shifted.sum(), torch.dot(shifted, shifted)]
+        signs = torch.sign(flat, out=buf)  # (the shifted values are summed: the buffer is free again)
+        fields += [signs.sum() if nonneg else signs.abs_().sum(), first]
     if flags & _DEAD:
         fields.append(dead_fraction(x, _unit_axis(module, x), nonneg=nonneg))
     if flags & _SAT:
@@ -146,6 +150,7 @@ class ActivationRecorder:
         self.loss_modules: set[str] = set()  # loss modules (outside the model) seen called
         self.modes: dict[int, bool] = {}  # module id -> module.training when it ran
         self.spent = 0.0  # seconds in the hook, for the session's own-time measure
+        self._scratch: torch.Tensor | None = None  # element-wise work space of CPU rows, kept while steps are measured
 
     @property
     def armed(self) -> bool:
@@ -161,12 +166,23 @@ class ActivationRecorder:
             self.order = []
             self._handles.append(reg.register_module_forward_pre_hook(self._pre_hook))
 
-    def disarm(self) -> None:
+    def disarm(self, *, keep_work_space: bool = False) -> None:
+        """Stop measuring; ``keep_work_space``: the next step is measured too (the buffer stays)."""
         for h in self._handles:
             h.remove()
         self._handles.clear()
         self._last_out = None
         self._recent = []
+        if not keep_work_space:
+            self._scratch = None
+
+    def _work_space(self, out: torch.Tensor) -> torch.Tensor | None:
+        """A float32 buffer at least as large as a CPU output, grown as needed and kept for the step."""
+        if out.device.type != "cpu":
+            return None
+        if self._scratch is None or self._scratch.numel() < out.numel():
+            self._scratch = torch.empty(out.numel(), dtype=torch.float32)
+        return self._scratch
 
     def _pre_hook(self, module: nn.Module, args: Any) -> None:
         i = self.layout.module_index.get(id(module))
@@ -203,7 +219,7 @@ class ActivationRecorder:
                 self.rows.append((i, -1, out.numel(), None))  # a container passing its last child's output on
             else:
                 in_dead = self._known_dead(module, inp) if flags & _IN_DEAD else None
-                row = activation_stats(module, flags, inp, out, in_dead)
+                row = activation_stats(module, flags, inp, out, in_dead, self._work_space(out))
                 self.rows.append((i, flags, out.numel(), row))
                 # what the next layer's input dead units can be read from, when this output goes straight into it
                 self._recent = [(out, _unit_axis(module, out) if flags & _DEAD else -1, row, _base(flags)),

@@ -253,7 +253,7 @@ class UpdateTracker:
 
     def __init__(self) -> None:
         self._buffers: list[torch.Tensor] = []
-        self._weight: torch.Tensor | list[torch.Tensor] | None = None  # ||W||_1 of the samples before the step
+        self._weight: list[torch.Tensor] | None = None  # ||W||_1 of each sample before the step
         self._ids: list[int] = []
         self._views: dict[int, tuple[int, torch.Tensor]] = {}  # parameter id -> (its data pointer, its sample view)
 

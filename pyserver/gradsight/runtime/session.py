@@ -503,7 +503,7 @@ class Session:
                 t.add("input", self._input_stats)
                 self._input_stats = None
             if self.recorder is not None and (self.recorder.armed or self.recorder.rows):
-                self.recorder.disarm()
+                self.recorder.disarm(keep_work_space=self._sampled(step + 1))
                 act_ids = self.recorder.take(t.add)
                 if self.recorder.modes:
                     modes = np.full(layout.n_modules, np.nan)
