@@ -35,3 +35,26 @@ def old_schema_store(path: Path) -> Path:
 @pytest.fixture
 def store_path(tmp_path: Path) -> Path:
     return tmp_path / "run.db"
+
+
+def run_that_warned_of_overhead(store: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A real run at full detail whose runtime warned that gradsight slowed its steps (the warning's
+    thresholds lowered so that any cost of its own is reported: steps 20-39 are judged)."""
+    import torch
+    from torch import nn
+
+    import gradsight
+    from gradsight.runtime import session
+
+    monkeypatch.setattr(session, "OVERHEAD_WINDOW", 20)
+    monkeypatch.setattr(session, "OVERHEAD_SHARE", 0.0)
+    monkeypatch.setattr(session, "OVERHEAD_MIN_MS", 0.0)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=1e-2)
+    with gradsight.watch(model, opt, store=store, every=1, triggers="none"):
+        for _ in range(50):
+            x = torch.randn(8, 16)
+            opt.zero_grad()
+            model(x).pow(2).mean().backward()
+            opt.step()

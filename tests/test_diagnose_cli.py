@@ -11,7 +11,7 @@ import pytest
 from gradsight.analysis.diagnose import SCHEMA
 from gradsight.fixes import library, module_ref, script_names
 
-from .conftest import FAULTS, old_schema_store, run_gradsight
+from .conftest import FAULTS, old_schema_store, run_gradsight, run_that_warned_of_overhead
 
 KINDS = {"exploding_gradient", "vanishing_gradient", "dead_units", "nan_inf", "activation_out_of_range", "saturation", "loss_spike",
          "loss_not_decreasing", "oscillating_loss", "update_ratio_too_high", "update_ratio_too_low", "not_updated", "frozen",
@@ -61,6 +61,17 @@ def test_terminal_summary_and_reports(exploded: Path, tmp_path: Path) -> None:
     assert pdf.startswith(b"%PDF") and len(re.findall(rb"/Type\s*/Page[^s]", pdf)) >= 3
     bad = run_gradsight("diagnose", str(exploded), "--report", str(tmp_path / "r.docx"))
     assert bad.returncode == 2 and "must end in .html or .pdf" in bad.stderr
+
+
+def test_the_runs_own_warnings_are_in_the_summary(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the runtime warned of (here: gradsight's own cost) is in the terminal summary and the JSON."""
+    store = tmp_path / "slowed.db"
+    run_that_warned_of_overhead(store, monkeypatch)
+    proc = run_gradsight("diagnose", str(store))
+    assert proc.returncode == 0, proc.stderr
+    assert re.search(r"note: at step 39 the run warned \(overhead\): gradsight's own work made steps 20-39 [\d.]+x slower", proc.stdout), proc.stdout
+    d = json.loads(run_gradsight("diagnose", str(store), "--json").stdout)
+    assert [w["name"] for w in d["run"]["warnings"]] == ["overhead"]
 
 
 def test_bad_stores_get_clear_messages(tmp_path: Path) -> None:

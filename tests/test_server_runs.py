@@ -12,7 +12,7 @@ from pytest_lsp import LanguageClient
 
 from gradsight.store import RunStore
 
-from .conftest import FAULTS, ROOT, SCRIPTS, run_gradsight
+from .conftest import FAULTS, ROOT, SCRIPTS, run_gradsight, run_that_warned_of_overhead
 from .lsp_helpers import SERVER, apply_edit, begin, collect, command, line_of, open_doc, trace_in_background, until, workspace_with_run
 
 SCENARIOS = ROOT / "tests" / "scenarios"
@@ -170,27 +170,8 @@ async def test_one_line_stands_for_all_its_instances(bert: LanguageClient):
 
 @pytest.fixture
 def slowed_ws(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A workspace whose run (a real one, at full detail) warned that gradsight slowed its steps:
-    the warning's thresholds are lowered so that any cost of its own is reported."""
-    import torch
-    from torch import nn
-
-    import gradsight
-    from gradsight.runtime import session
-
-    monkeypatch.setattr(session, "OVERHEAD_WINDOW", 20)
-    monkeypatch.setattr(session, "OVERHEAD_SHARE", 0.0)
-    monkeypatch.setattr(session, "OVERHEAD_MIN_MS", 0.0)
-    torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 1))
-    opt = torch.optim.SGD(model.parameters(), lr=1e-2)
-    runs = tmp_path / ".gradsight" / "runs"
-    with gradsight.watch(model, opt, store=runs / "slowed.db", every=1, triggers="none"):
-        for _ in range(50):
-            x = torch.randn(8, 16)
-            opt.zero_grad()
-            model(x).pow(2).mean().backward()
-            opt.step()
+    """A workspace whose run warned that gradsight slowed its steps."""
+    run_that_warned_of_overhead(tmp_path / ".gradsight" / "runs" / "slowed.db", monkeypatch)
     return tmp_path
 
 

@@ -82,6 +82,7 @@ def build(data: RunData, findings: list[Finding], cause: RootCause | None, scrip
     anomaly = _anomaly(data, cause)
     script = script or data.run.get("script")
     fixes = suggest(cause, findings, data, script if script and os.path.isfile(str(script)) else None)
+    reported = {f.kind for f in findings}
     return {
         "schema": SCHEMA,
         "anomaly": anomaly,
@@ -96,7 +97,10 @@ def build(data: RunData, findings: list[Finding], cause: RootCause | None, scrip
         "findings": [{"module": f.module, "kind": f.kind, "severity": f.severity, "evidence": f.evidence, "step": f.step}
                      for f in findings if f.module in OUTSIDE],
         "run": {"path": data.path, "script": data.run.get("script"), "steps": data.n_steps, "status": data.run.get("status"),
-                "model": data.run.get("model"), "optimizer": data.run.get("optimizer")},
+                "model": data.run.get("model"), "optimizer": data.run.get("optimizer"),
+                # what the runtime warned of (its own cost, a watch it could not parse, ...), unless a finding says it
+                "warnings": [{"step": e.step, "name": e.name, "message": e.message} for e in data.events
+                             if e.kind == "warning" and e.name not in reported]},
     }
 
 

@@ -17,6 +17,8 @@ def headline(d: dict[str, Any]) -> list[str]:
     if run.get("status") == "running":
         lines.append("note: the run is still being written (or its process died without closing it): this diagnosis covers "
                      "the steps committed so far")
+    for w in run.get("warnings", []):
+        lines.append(f"note: at step {w['step']} the run warned ({w['name']}): {w['message']}")
     lines.append(f"model health: {d['health']}/100")
     a = d.get("anomaly")
     if a:
