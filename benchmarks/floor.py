@@ -58,7 +58,8 @@ class Floor:
         grads = [p.grad for p in self.params if p.grad is not None]
         torch.stack(torch._foreach_norm(grads)).cpu().numpy()
         if self.full:
-            parts = [gs.max_abs(grads), gs.foreach_norm(grads, 1.0), gs.nonzero_counts(grads)]
+            on_cpu = gs.all_on_cpu(grads)
+            parts = [gs.max_abs(grads, on_cpu), gs.foreach_norm(grads, 1.0), gs.nonzero_counts(grads, on_cpu)]
             with torch.no_grad():
                 parts.append(gs.foreach_norm(self.params, 2.0))
             torch.cat([p if isinstance(p, torch.Tensor) else torch.stack(p) for p in parts]).cpu().numpy()
@@ -70,10 +71,10 @@ class Floor:
         out = first_tensor(output)
         # (a container passing its last child's output on is not measured again, as in gradsight)
         if flags is not None and out is not None and out is not self.last and out.is_floating_point() and out.numel():
-            if out.device.type == "cpu" and (self.scratch is None or self.scratch.numel() < out.numel()):
-                self.scratch = torch.empty(out.numel(), dtype=torch.float32)
-            act.activation_stats(module, act.row_flags(flags, out.device), None, out, None,
-                                 self.scratch if out.device.type == "cpu" else None)
+            flags = act.row_flags(flags, out.device)
+            if not flags & act._MOMENTS:
+                self.scratch = act.work_space(self.scratch, out.numel())
+            act.activation_stats(module, flags, None, out, None, None if flags & act._MOMENTS else self.scratch)
         self.last = out
         SPENT[0] += time.perf_counter() - t0
 

@@ -98,7 +98,7 @@ def main() -> None:
         from gradsight.runtime import activations, gradstats
 
         activations.row_flags = lambda flags, device: flags | activations._MOMENTS  # type: ignore[assignment]
-        gradstats._all_on_cpu = lambda tensors: False  # type: ignore[assignment]
+        gradstats.all_on_cpu = lambda tensors: False  # type: ignore[assignment]
     _install()
     print(f"device {args.device}, torch {torch.__version__}; ATen operations per step inside gradsight's callbacks "
           "(compute, + views/metadata)")

@@ -67,6 +67,7 @@ _FIELD_FLAGS = _DEAD | _SAT | _IN_DEAD
 # min, max, sum of x - x[0], sum of its squares, non-zero count, x[0];
 # with _MOMENTS: min, max, mean, (population) variance, non-zero count
 _BASE = 6
+_NONZERO = 4  # where the non-zero count is, in both forms
 
 
 def module_flags(module: nn.Module) -> int:
@@ -85,6 +86,11 @@ def _base(flags: int) -> int:
 
 def _width(flags: int) -> int:
     return _base(flags) + bin(flags & _FIELD_FLAGS).count("1")
+
+
+def work_space(buf: torch.Tensor | None, numel: int) -> torch.Tensor:
+    """The work space of a CPU row (see :func:`activation_stats`): ``buf``, or a larger float32 buffer."""
+    return buf if buf is not None and buf.numel() >= numel else torch.empty(numel, dtype=torch.float32)
 
 
 def activation_stats(module: nn.Module, flags: int, inp: torch.Tensor | None, out: torch.Tensor,
@@ -176,13 +182,6 @@ class ActivationRecorder:
         if not keep_work_space:
             self._scratch = None
 
-    def _work_space(self, out: torch.Tensor) -> torch.Tensor | None:
-        """A float32 buffer at least as large as a CPU output, grown as needed and kept for the step."""
-        if out.device.type != "cpu":
-            return None
-        if self._scratch is None or self._scratch.numel() < out.numel():
-            self._scratch = torch.empty(out.numel(), dtype=torch.float32)
-        return self._scratch
 
     def _pre_hook(self, module: nn.Module, args: Any) -> None:
         i = self.layout.module_index.get(id(module))
@@ -219,7 +218,9 @@ class ActivationRecorder:
                 self.rows.append((i, -1, out.numel(), None))  # a container passing its last child's output on
             else:
                 in_dead = self._known_dead(module, inp) if flags & _IN_DEAD else None
-                row = activation_stats(module, flags, inp, out, in_dead, self._work_space(out))
+                if not flags & _MOMENTS:  # (rows from one fused kernel need no work space)
+                    self._scratch = work_space(self._scratch, out.numel())
+                row = activation_stats(module, flags, inp, out, in_dead, None if flags & _MOMENTS else self._scratch)
                 self.rows.append((i, flags, out.numel(), row))
                 # what the next layer's input dead units can be read from, when this output goes straight into it
                 self._recent = [(out, _unit_axis(module, out) if flags & _DEAD else -1, row, _base(flags)),
@@ -245,7 +246,7 @@ class ActivationRecorder:
                 continue
             if axis >= 0 and axis == _unit_axis(module, inp):
                 return row[dead_at]
-            if row.device.type == "cpu" and inp.numel() < 2**24 and row.numpy()[4] == inp.numel():  # (a host read; float32 counts exactly)
+            if row.device.type == "cpu" and inp.numel() < 2**24 and row.numpy()[_NONZERO] == inp.numel():  # (a host read; float32 counts exactly)
                 return _ZERO
             return None
         return None

@@ -68,18 +68,18 @@ def foreach_norm(tensors: Sequence[torch.Tensor], ord: float = 2.0) -> list[torc
         return [torch.linalg.vector_norm(t, ord) for t in tensors]
 
 
-def _all_on_cpu(tensors: Sequence[torch.Tensor]) -> bool:
+def all_on_cpu(tensors: Sequence[torch.Tensor]) -> bool:
     return all(t.device.type == "cpu" for t in tensors)
 
 
-def nonzero_counts(tensors: list[torch.Tensor]) -> torch.Tensor | list[torch.Tensor]:
+def nonzero_counts(tensors: list[torch.Tensor], on_cpu: bool) -> torch.Tensor | list[torch.Tensor]:
     """Non-zero entries per tensor in fused calls: the 0-"norm" on accelerators. On CPU, where that
     norm is a scalar loop (and ``torch.count_nonzero`` or a boolean sum cost 6-27x a ReLU), the
     squared L2 norm of ``sign(x)`` (faster there than its L1 norm); :func:`read_grads` rounds it."""
     if not tensors:
         return []
     try:
-        if not _all_on_cpu(tensors):
+        if not on_cpu:
             return list(torch._foreach_norm(tensors, 0))
         root = torch.stack(torch._foreach_norm(torch._foreach_sign(tensors), 2))
         return root * root
@@ -87,10 +87,10 @@ def nonzero_counts(tensors: list[torch.Tensor]) -> torch.Tensor | list[torch.Ten
         return [torch.linalg.vector_norm(torch.sign(t), 1) for t in tensors]
 
 
-def max_abs(tensors: list[torch.Tensor]) -> torch.Tensor | list[torch.Tensor]:
+def max_abs(tensors: list[torch.Tensor], on_cpu: bool) -> torch.Tensor | list[torch.Tensor]:
     """Largest |x| per tensor: the fused inf-norm on accelerators; on CPU, where that norm is a
     slow reduction (tiny BERT's 41 gradients 1.2 ms), ``aminmax`` per tensor (0.14 ms)."""
-    if tensors and _all_on_cpu(tensors) and all(t.numel() for t in tensors):
+    if tensors and on_cpu and all(t.numel() for t in tensors):
         pairs = [torch.aminmax(t) for t in tensors]
         return torch.maximum(torch.stack([lo for lo, _ in pairs]).abs_(), torch.stack([hi for _, hi in pairs]).abs_())
     return foreach_norm(tensors, float("inf"))
@@ -122,9 +122,10 @@ def queue_grads(layout: Layout, transfer: Transfer, sampled: bool) -> list[int] 
         grads_t = [g.coalesce().values() if g.is_sparse else g for g in grads_t]
     transfer.add("l2", foreach_norm(grads_t, 2.0))
     if sampled:
-        transfer.add("linf", max_abs(grads_t))
+        on_cpu = all_on_cpu(grads_t)
+        transfer.add("linf", max_abs(grads_t, on_cpu))
         transfer.add("l1", foreach_norm(grads_t, 1.0))
-        transfer.add("nonzero", nonzero_counts(grads_t))
+        transfer.add("nonzero", nonzero_counts(grads_t, on_cpu))
         with torch.no_grad():  # (the parameters themselves: no detached alias per tensor)
             transfer.add("weight_l2", foreach_norm(layout.params, 2.0))
     return idx
