@@ -12,7 +12,7 @@ from torch import nn
 from ..conditions import parse
 from ..thresholds import Thresholds
 from . import session as _session
-from .session import DEFAULT_CAPTURE_WINDOW, DEFAULT_EVERY, Session, Settings
+from .session import DEFAULT_CAPTURE_BYTES, DEFAULT_CAPTURE_WINDOW, DEFAULT_EVERY, Session, Settings
 from .triggers import BUILTIN, parse_trigger_list
 
 
@@ -64,7 +64,7 @@ class Handle:
 def watch(model: nn.Module, optimizer: torch.optim.Optimizer | None = None, *, store: str | os.PathLike[str] = "run.db",
           triggers: str | Iterable[str] = BUILTIN, every: int = DEFAULT_EVERY, capture_window: int = DEFAULT_CAPTURE_WINDOW,
           breaks: Iterable[str] = (), thresholds: Thresholds | None = None, defer: bool | None = None,
-          overwrite: bool = False) -> Handle:
+          overwrite: bool = False, capture_bytes: int = DEFAULT_CAPTURE_BYTES) -> Handle:
     """Watch ``model`` from now on, writing the run store ``store``.
 
     An existing store at ``store`` is kept and the run gets the next free name (``run-1.db``; see
@@ -89,7 +89,8 @@ def watch(model: nn.Module, optimizer: torch.optim.Optimizer | None = None, *, s
     spec = [triggers] if isinstance(triggers, str) else list(triggers)
     names, conds = parse_trigger_list(spec)
     settings = Settings(triggers=tuple(names), conditions=tuple(conds), breaks=parsed_breaks,
-                        every=every, capture_window=capture_window, thresholds=thresholds or Thresholds(), defer=defer)
+                        every=every, capture_window=capture_window, capture_bytes=capture_bytes,
+                        thresholds=thresholds or Thresholds(), defer=defer)
     return Handle(Session(store, model=model, optimizer=optimizer, settings=settings, overwrite=overwrite))
 
 

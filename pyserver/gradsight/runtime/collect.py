@@ -37,6 +37,7 @@ class Collected:
     host: dict[str, np.ndarray] = field(default_factory=dict)
     act_ids: list[tuple[int, int, int, int]] = field(default_factory=list)
     explicit_loss: float | None = None
+    loss_factor: float = 1.0  # the losses' mean times this is the step's loss (accumulation: see losses.StepLoss)
     clip_limit: float | None = None
     amp_scale: float | None = None
     skipped: bool = False
@@ -120,8 +121,8 @@ def general(w: Watched, transfer: gs.Transfer, losses: list[torch.Tensor], *, sa
 def from_pending(layout: Layout, p: Pending) -> Collected:
     l2, losses = p.values()
     return Collected(p.step, gs.GradSample(layout.all_params, True, l2), module_values(layout, l2), losses if len(losses) else None,
-                     False, p.lr, p.zeroed, p.n_backward, p.when, p.wall, explicit_loss=p.explicit_loss, clip_limit=p.clip_limit,
-                     amp_scale=p.amp_scale)
+                     False, p.lr, p.zeroed, p.n_backward, p.when, p.wall, explicit_loss=p.explicit_loss, loss_factor=p.loss_factor,
+                     clip_limit=p.clip_limit, amp_scale=p.amp_scale)
 
 
 def now() -> tuple[float, float]:

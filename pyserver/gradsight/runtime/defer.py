@@ -31,6 +31,7 @@ class Pending:
     wall: float
     clip_limit: float | None = None
     amp_scale: float | None = None
+    loss_factor: float = 1.0
 
     def values(self) -> tuple[np.ndarray, np.ndarray]:
         """(norms as float64, losses) once the copy has landed (waits for it when it has not)."""
@@ -61,5 +62,6 @@ class Ring:
 
 
 def pending(step: int, host: torch.Tensor, event: Any, n: int, *, explicit_loss: float | None, lr: float | None, n_backward: int,
-            zeroed: int | None, clip_limit: float | None, amp_scale: float | None) -> Pending:
-    return Pending(step, host, event, n, explicit_loss, lr, n_backward, zeroed, time.perf_counter(), time.time(), clip_limit, amp_scale)
+            zeroed: int | None, clip_limit: float | None, amp_scale: float | None, loss_factor: float) -> Pending:
+    return Pending(step, host, event, n, explicit_loss, lr, n_backward, zeroed, time.perf_counter(), time.time(), clip_limit, amp_scale,
+                   loss_factor)

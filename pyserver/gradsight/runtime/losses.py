@@ -2,16 +2,14 @@
 
 Each ``backward()`` of a step brings one micro-batch's loss. Gradient accumulation divides each by
 the number of micro-batches (``loss / accum``): when every backward tensor of a step of ``n``
-backward calls is a constant division by ``n`` (or a multiplication by ``1/n``), the numerators are
-the micro-batches' losses (PyTorch saves them on the division's graph node, so no extra work is
-done). A ``GradScaler`` multiplies the loss before ``backward()``: the tensor it was given is the
-loss. A closure optimizer's step (LBFGS, Lightning) reports the loss its first closure call
-returned; ``gradsight.log(loss=...)`` overrides all of these.
+backward calls is a constant division by ``n`` (or a multiplication by ``1/n``), read off the
+graph node that made it, the step's loss is their mean times ``n`` (the numerators' mean). A
+``GradScaler`` multiplies the loss before ``backward()``: the tensor it was given is the loss.
+A closure optimizer's step (LBFGS, Lightning) reports the loss its first closure call returned; ``gradsight.log(loss=...)`` overrides all of these.
 """
 
 from __future__ import annotations
 
-import math
 import weakref
 from typing import Any
 
@@ -28,8 +26,8 @@ def _constant(t: Any) -> float | None:
     return None
 
 
-def split_division(loss: torch.Tensor) -> tuple[torch.Tensor, float] | None:
-    """(numerator, divisor) when ``loss`` is ``x / c`` or ``x * (1 / c)`` for a constant ``c``."""
+def divisor(loss: torch.Tensor) -> float | None:
+    """``c`` when ``loss`` is ``x / c`` or ``x * (1 / c)`` for a constant ``c`` (a Python number)."""
     node = loss.grad_fn
     if node is None:
         return None
@@ -37,12 +35,12 @@ def split_division(loss: torch.Tensor) -> tuple[torch.Tensor, float] | None:
     if name not in ("DivBackward0", "MulBackward0"):
         return None
     try:
-        other, num = _constant(getattr(node, "_saved_other")), getattr(node, "_saved_self")  # noqa: B009
+        other = _constant(getattr(node, "_saved_other"))  # noqa: B009
     except (AttributeError, RuntimeError):  # not saved (or already freed)
         return None
-    if other is None or not isinstance(num, torch.Tensor) or num.numel() != 1 or other == 0:
+    if other is None or other == 0:
         return None
-    return num, (other if name == "DivBackward0" else 1.0 / other)
+    return other if name == "DivBackward0" else 1.0 / other
 
 
 class StepLoss:
@@ -50,8 +48,7 @@ class StepLoss:
 
     def __init__(self) -> None:
         self.tensors: list[torch.Tensor] = []  # what was back-propagated (unscaled), detached
-        self.numerators: list[torch.Tensor | None] = []  # and its numerator, when it was a constant division
-        self.divisors: list[float | None] = []
+        self.divisors: list[float | None] = []  # and the constant it was divided by, if any
         self.closure: torch.Tensor | float | None = None  # the first closure result of a closure step
         self.explicit: float | None = None  # gradsight.log(loss=...)
         self.scale: torch.Tensor | None = None  # the GradScaler's scale of this step's backward
@@ -76,10 +73,8 @@ class StepLoss:
         known = self._unscaled(loss)
         if known is not None:
             loss, self.scale = known
-        parts = split_division(loss)
         self.tensors.append(loss.detach())
-        self.numerators.append(parts[0].detach() if parts else None)
-        self.divisors.append(parts[1] if parts else None)
+        self.divisors.append(divisor(loss))
 
     def close_over(self, result: Any) -> None:
         if self.closure is None and isinstance(result, (torch.Tensor, float, int)) and not isinstance(result, bool):
@@ -91,29 +86,21 @@ class StepLoss:
         return len(self.tensors)
 
     def device_values(self) -> list[torch.Tensor]:
-        """The tensors whose mean is the step's loss, to be brought to the host with the step's other values."""
+        """The tensors whose mean (times :meth:`factor`) is the step's loss, brought to the host with the
+        step's other values."""
         if isinstance(self.closure, torch.Tensor):
             return [self.closure]
-        n = len(self.tensors)
-        if n > 1 and all(d is not None and abs(d - n) <= ACCUMULATION_TOLERANCE * n for d in self.divisors):
-            return [t for t in self.numerators if t is not None]
         return self.tensors
 
-    def host_value(self, values: Any) -> float | None:
-        """The step's loss from the host copy of :meth:`device_values` (None: no loss this step)."""
-        if self.explicit is not None:
-            return self.explicit
-        if isinstance(self.closure, float):
-            return self.closure
-        if values is None or not len(values):
-            return None
-        if len(values) == 1:
-            return float(values[0])
-        total = math.fsum(float(v) for v in values)
-        return total / len(values)
+    def factor(self) -> float:
+        """``n`` when each of the step's ``n`` backward tensors was divided by ``n`` (accumulation), else 1."""
+        n = len(self.tensors)
+        if self.closure is None and n > 1 and all(d is not None and abs(d - n) <= ACCUMULATION_TOLERANCE * n for d in self.divisors):
+            return float(n)
+        return 1.0
 
     def reset(self) -> None:
-        self.tensors, self.numerators, self.divisors = [], [], []
+        self.tensors, self.divisors = [], []
         self.closure = None
         self.explicit = None
         self.scale = None

@@ -156,7 +156,7 @@ class Session:
         self._capture_until = -1
         self._capture_acts: tuple[set[int], int] | None = None  # modules (and bytes) to capture from the next forward
         self._extra_sample = -1  # a step measured in full because the model was found after step 0's forward
-        self._inputs = Inputs(self.settings.capture_window + 1, self.settings.capture_bytes)
+        self.inputs = Inputs(self.settings.capture_window + 1, self.settings.capture_bytes)
         self._errors: set[str] = set()
         self._broken = False
         self._last_time = time.perf_counter()
@@ -198,7 +198,7 @@ class Session:
         if self.loss.explicit is not None:
             return self.loss.explicit
         values = [float(t) for t in self.loss.device_values()]
-        return float(np.mean(values)) if values else None
+        return float(np.mean(values)) * self.loss.factor() if values else None
 
     def mark_step(self) -> None:
         """End a step by hand (for training loops without a torch optimizer)."""
@@ -346,7 +346,7 @@ class Session:
         self._run_actions()
 
     def _on_root_call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        self._inputs.add(self.step, args, kwargs)
+        self.inputs.add(self.step, args, kwargs)
         w = self.watched
         if w is not None and w.recorder.armed and self._input_stats is None:
             try:
@@ -408,7 +408,7 @@ class Session:
             w.note_loss_modules(fw.candidates)
             call = fw.last_call.get(id(root))
             if call is not None:  # keep this step's input
-                self._inputs.add(self.step, tuple(call[0]), dict(call[1]))
+                self.inputs.add(self.step, tuple(call[0]), dict(call[1]))
             pos = {key: i for i, key in enumerate(fw.order)}
             if pos:
                 order = sorted(range(w.layout.n_modules), key=lambda i: pos.get(id(w.layout.modules[i]), 10**9))
@@ -448,7 +448,7 @@ class Session:
         if not sampled and self._prebw is None and self._upd_ids is None and self._input_stats is None:
             device = layout.params[0].device if layout.params else torch.device("cpu")
             meta: dict[str, object] = {"explicit_loss": explicit, "lr": self._lr(), "n_backward": self._n_backward, "zeroed": zeroed,
-                                       "clip_limit": self._clip_limit, "amp_scale": None}
+                                       "clip_limit": self._clip_limit, "amp_scale": None, "loss_factor": self.loss.factor()}
             fast = col.common(layout, losses, defer=self._deferring(device), ring=self._ring, step=step, meta=meta)
             if isinstance(fast, Pending):
                 return fast
@@ -456,7 +456,7 @@ class Session:
                 sample, mods, loss_host = fast
                 when, wall = col.now()
                 return Collected(step, sample, mods, loss_host, False, self._lr(), zeroed, self._n_backward, when, wall,
-                                 explicit_loss=explicit, clip_limit=self._clip_limit)
+                                 explicit_loss=explicit, loss_factor=self.loss.factor(), clip_limit=self._clip_limit)
         if self.loss.scale is not None:
             self._transfer.add("amp_scale", self.loss.scale.reshape(1))
         stats, self._input_stats = self._input_stats, None
@@ -466,7 +466,7 @@ class Session:
         when, wall = col.now()
         scale = host.get("amp_scale")
         return Collected(step, sample, mods, host.get("loss"), sampled, self._lr(), self._zeroed_flag(host), self._n_backward, when, wall,
-                         host=host, act_ids=act_ids, explicit_loss=explicit, clip_limit=self._clip_limit,
+                         host=host, act_ids=act_ids, explicit_loss=explicit, loss_factor=self.loss.factor(), clip_limit=self._clip_limit,
                          amp_scale=float(scale[0]) if scale is not None and len(scale) else None)
 
     def _take_recorder_extras(self, w: Watched, step: int) -> None:
@@ -496,7 +496,7 @@ class Session:
                 t.add("prebw", [self._prebw])
             host = t.fetch()
             explicit = self.loss.explicit
-            loss = explicit if explicit is not None else (float(np.mean(host["loss"])) if "loss" in host else None)
+            loss = explicit if explicit is not None else (float(np.mean(host["loss"])) * self.loss.factor() if "loss" in host else None)
             self._write_step(StepRow(self.step, time.time(), self._duration(), loss, self._lr(), None, None, False, self._n_backward,
                                      self._zeroed_flag(host), False, None if loss is None else int(math.isfinite(loss)), self._skipped))
             return
@@ -537,11 +537,11 @@ class Session:
         if anomalies and not in_window:
             # a deferred step is past: capture the step at hand (its gradients and input are still here),
             # unless the run is closing and no later step ran
-            last = self._inputs.last()
+            last = self.inputs.last()
             at = self.step if last is not None and last[0] == self.step else c.step
             self._capture_until = at + self.settings.capture_window
             worst = worst_modules(layout, anomalies, c.mods, history, w.own)
-            budget = capture(self.writer, layout, at, worst, self._inputs, self.settings.capture_bytes)
+            budget = capture(self.writer, layout, at, worst, self.inputs, self.settings.capture_bytes)
             self._capture_acts = (interesting(layout, worst), budget)
             capture_now = True
         else:

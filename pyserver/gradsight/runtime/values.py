@@ -27,8 +27,8 @@ def loss_of(c: Collected) -> float | None:
     if c.losses is None or not len(c.losses):
         return None
     if len(c.losses) == 1:
-        return float(c.losses[0])
-    return float(c.losses.astype(np.float64).mean())
+        return float(c.losses[0]) * c.loss_factor
+    return float(c.losses.astype(np.float64).mean()) * c.loss_factor
 
 
 def global_norms(c: Collected) -> tuple[float | None, float | None]:

@@ -119,8 +119,12 @@ def build_view(path: str, thresholds: th.Thresholds | None = None, overrides: di
             t = th.from_mapping(overrides, "the gradsight.thresholds setting", base=t)
         except th.ThresholdError as exc:
             return RunView(path, None, None, error=str(exc), built=time.time())
-    findings, cause = analyse_run(data, t)
-    diagnosis = build(data, findings, cause)
+    try:
+        findings, cause = analyse_run(data, t)
+        diagnosis = build(data, findings, cause)
+    except Exception as exc:  # a store that reads but holds values no run writes: one message, the server goes on
+        return RunView(path, None, None, error=f"{path}: could not be analysed ({type(exc).__name__}: {exc}); the store may be damaged",
+                       built=time.time())
     view = RunView(path, data, diagnosis, findings, cause, built=time.time())
     view.layers = {layer["module"]: layer for layer in diagnosis["layers"]}
     return view

@@ -54,16 +54,19 @@ class StoreWriter:
         self.path = Path(path)
         if self.path.exists() and (not self.path.is_file() or self.path.stat().st_size > 0):
             raise OutputError(f"{self.path}: exists; a run store is only ever written to a new file")
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        conn = sqlite3.connect(self.path)
         try:
-            create(conn)
-            cols = ", ".join(run)
-            marks = ", ".join("?" for _ in run)
-            conn.execute(f"INSERT OR REPLACE INTO run (id, {cols}) VALUES (1, {marks})", [_plain(v) for v in run.values()])
-            conn.commit()
-        finally:
-            conn.close()
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            conn = sqlite3.connect(self.path)
+            try:
+                create(conn)
+                cols = ", ".join(run)
+                marks = ", ".join("?" for _ in run)
+                conn.execute(f"INSERT OR REPLACE INTO run (id, {cols}) VALUES (1, {marks})", [_plain(v) for v in run.values()])
+                conn.commit()
+            finally:
+                conn.close()
+        except (sqlite3.Error, OSError) as exc:
+            raise OutputError(f"{self.path}: a run store cannot be written there ({exc})") from None
         self.flush_interval = flush_interval
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._failed: str | None = None
