@@ -38,7 +38,7 @@ def main():
     parser = argparse.ArgumentParser(description="toy sentiment classifier")
     parser.add_argument("--vocab", type=int, default=300)
     parser.add_argument("--epochs", type=int, default=6)
-    parser.add_argument("--lr", type=float, default=1e-3)
+    parser.add_argument("--lr", type=float, default=1e-3)  # zoo: lr value=1e-3
     args = parser.parse_args()
 
     torch.manual_seed(0)
