@@ -11,7 +11,9 @@ The rule (RULE below; thresholds named there):
 * start = mean loss of the first 3 steps, end = mean loss of the last tenth of the steps (at
   least 5); a base's progress P = start - end. A base must train: end <= 0.5 x start.
 * A run that raises a Python exception is dropped: a crash is not a training fault.
-* A faulty mutant is kept when its fault shows: a non-finite loss at some step, or
+* A faulty mutant is kept when its fault shows: a non-finite loss at some step, a negative
+  loss (every base's loss is non-negative: a negative value means targets the loss cannot
+  take), or
   end_mutant - end_base >= 0.25 x P (it lost at least a quarter of the progress the base made
   over the same steps, which covers "not decreasing where the base's does"), or
   end_mutant >= 2 x end_base with end_mutant - end_base >= 0.1 x P (twice the base's final
@@ -66,7 +68,7 @@ RULE = {
     "fault_ratio": 2.0,          # ... end >= 2 x the base's end with a gap of at least
     "fault_ratio_min_gap": 0.1,  # ... 0.1 x base progress
     "bait_max_gap": 0.15,        # kept as healthy: finite and end gap <= 0.15 x base progress
-    "text": ("faulty: non-finite loss, or final loss worse than the base's by >= 25% of the base's progress, "
+    "text": ("faulty: non-finite or negative loss, or final loss worse than the base's by >= 25% of the base's progress, "
              "or >= 2x the base's final loss and worse by >= 10% of its progress "
              "(relative to each run's own start for operators that rescale the loss); "
              "healthy bait: finite and within 15% of the base's progress; crashes dropped"),
@@ -159,6 +161,12 @@ def judge(mutant: ops.Mutant, base_rec: dict, rec: dict) -> tuple[bool, str, dic
         if mutant.healthy:
             return False, f"bait went non-finite at step {m['first_nonfinite_step']}", ev
         return True, f"non-finite loss from step {m['first_nonfinite_step']}", ev
+    negative = [i for i, v in enumerate(rec["losses"][:n]) if _finite(v) and v < 0]
+    if negative and not any(_finite(v) and v < 0 for v in base_rec["losses"]):
+        ev["first_negative_step"] = negative[0]
+        if mutant.healthy:
+            return False, f"bait loss went negative at step {negative[0]}", ev
+        return True, f"the loss goes negative (impossible for the base's loss) from step {negative[0]}", ev
     if mutant.rescales_loss:
         gap = m["end"] / m["start"] - b["end"] / b["start"] if m["start"] else float("nan")
         scale = progress / b["start"]
@@ -190,6 +198,8 @@ def finish_expected(mutant: ops.Mutant, rec: dict) -> tuple[list[dict] | None, s
     """Check the expected answers against the run; add descendants for graph cuts. ('' when fine, else a problem)."""
     if mutant.expected is None:
         return None, ""
+    if rec.get("error") or not rec.get("modules"):
+        return mutant.expected, ""  # dropped as a crash already; nothing recorded to check against
     names = set(rec.get("modules") or [])
     places = {"loss", "optimizer", "input"}
     bad = sorted({e["module"] for e in mutant.expected if e["module"] not in names | places})

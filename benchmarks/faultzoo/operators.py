@@ -61,6 +61,7 @@ BASE_STEPS = {
     "sequential_script": 150, "resnet_small": 96, "gru_regression": 150, "decoder_lm": 150,
     "hf_bert_classifier": 120, "bf16_autocast": 128, "conv1d_signal": 144, "text_bow_bce": 192,
     "vit_counting": 100, "autoencoder_bce": 160, "set_attention_pool": 150, "recsys_mf": 144,
+    "textcnn_topics": 125, "lenet_mnist_style": 120,
 }
 
 MARKER = re.compile(r"\s*# zoo:(.*)$")
@@ -909,6 +910,28 @@ def labels_shifted_twice(base: Base) -> list[Variant] | None:
     return [Variant("", e.source(), answers("loss", "loss_target_mismatch"))]
 
 
+@operator("bce_targets_out_of_range", "loss_function", 5, "Why class 5 (targets outside [0, 1] for a binary cross-entropy: labels as -1/+1, images scaled to [-1, 1])",
+          expects="loss / loss_target_mismatch")
+def bce_targets_out_of_range(base: Base) -> list[Variant] | None:
+    """Feed BCEWithLogitsLoss targets in [-1, 1] (SVM-style labels, or images normalised for a tanh generator)."""
+    lm = loss_marker(base, ("bce",))
+    target = lm.get("target")
+    text = base.lines[lm.line]
+    if f", {target})" not in text:
+        return None
+    e = Edit(base).sub(lm.line, f", {target})", f", 2 * {target} - 1)")
+    return [Variant("", e.source(), answers("loss", "loss_target_mismatch"))]
+
+
+@operator("sigmoid_output_for_regression", "loss_function", 5, "Why class 5 (an output range that cannot reach the targets: sigmoid output, standardised targets); DeepCrime 'change activation function' of the output",
+          expects="loss / loss_target_mismatch, or the output layer / saturation")
+def sigmoid_output_for_regression(base: Base) -> list[Variant] | None:
+    """End a regression model in a sigmoid while its MSE targets are standardised (half of them negative)."""
+    loss_marker(base, ("mse",))
+    h = head(base).get("name")
+    return [Variant("", _wrap_output(base, "torch.sigmoid"), answers("loss", "loss_target_mismatch") + answers(h, "saturation"))]
+
+
 @operator("l2_penalty_dominant", "regularisation", 2, "Why class 2 (a weight penalty that dominates the update); DeepCrime 'add weights regularisation'",
           expects="optimizer or loss / weight_decay_too_high")
 def l2_penalty_dominant(base: Base) -> list[Variant] | None:
@@ -1053,7 +1076,8 @@ def bf16_weights(base: Base) -> list[Variant] | None:
         call = re.search(rf"{re.escape(model)}\(([^()]*(?:\([^()]*\))?[^()]*)\)", text)
         if not call:
             return None
-        e.replace(f.line, text.replace(call.group(0), f"{model}({call.group(1)}.to(torch.bfloat16)).float()"))
+        first, comma, rest = call.group(1).partition(", ")
+        e.replace(f.line, text.replace(call.group(0), f"{model}({first}.to(torch.bfloat16){comma}{rest}).float()"))
     layers = [m.get("name") for m in base.layers()]
     exp = answers(["optimizer"] + layers, ["not_updated", "update_ratio_too_low"])
     return [Variant("", e.source(), exp)]
@@ -1251,7 +1275,7 @@ def target_broadcast(base: Base) -> list[Variant] | None:
 def output_layer_scale_x30(base: Base) -> list[Variant] | None:
     """Scale the classifier's initial weights by 30: the first loss is many times ln C."""
     kind = need(base.one("loss")).get("kind")
-    if kind not in ("ce", "ce_hf", "lm"):
+    if kind not in ("ce", "ce_hf", "lm", "nll"):
         return None
     name = head(base).get("name")
     src = Edit(base).insert_after(model_insert_line(base), *_init_code(base, name, "weight.mul_(30.0)")).source()
@@ -1301,6 +1325,27 @@ def attention_mask_inverted(base: Base) -> list[Variant] | None:
         new = f"{ind}{var} = torch.tril(torch.ones(T, T, dtype=torch.bool))"
         exp = answers(attn, ["nan_inf", "attention_collapse"])
     return [Variant("", Edit(base).replace(m.line, new).source(), exp)]
+
+
+@operator("attention_mask_last_key_only", "attention_mask", 6, "Why class 6 (a mask built from the wrong token: each query sees only the last key)",
+          expects="an attention module (or the input mask) / attention_collapse or attention_entropy_collapse")
+def attention_mask_last_key_only(base: Base) -> list[Variant] | None:
+    """Build the mask from the end-of-sequence position only ([SEP], the last set element, the first token for a causal LM)."""
+    m = need(base.one("mask"))
+    attn = need(base.one("model")).names("attn")
+    var = m.get("var")
+    ind = base.indent(m.line)
+    kinds = ["attention_collapse", "attention_entropy_collapse"]
+    if m.get("kind") == "padding":
+        code = [f"{ind}{var} = (input_ids == SEP).long()"]
+        exp = answers(attn + ["input"], kinds)
+    elif m.get("kind") == "key_padding":
+        code = [f"{ind}{var} = torch.arange(MAX_SET)[None, :] != (lengths[:, None] - 1)"]
+        exp = answers(attn + ["input"], kinds)
+    else:
+        code = [f"{ind}{var} = torch.ones(T, T, dtype=torch.bool)", f"{ind}{var}[:, 0] = False"]
+        exp = answers(attn, kinds)
+    return [Variant("", Edit(base).replace(m.line, *code).source(), exp)]
 
 
 # ----------------------------------------------------------------------------------------------

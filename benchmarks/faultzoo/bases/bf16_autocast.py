@@ -1,7 +1,7 @@
 """MLP classifier of small flattened uint8 images trained under CPU bf16 autocast.
 
-Family: MLP with LayerNorm and SiLU (residual hidden block), 8-class
-CrossEntropyLoss, AdamW; the forward and the loss run inside
+Family: MLP with SiLU and a residual hidden block, 8-class
+CrossEntropyLoss, SGD with momentum; the forward and the loss run inside
 `torch.autocast("cpu", dtype=torch.bfloat16)`, the weights stay float32.
 Style: a `main()` with a `for epoch ... for batch` loop over a DataLoader;
 mixed precision as the PyTorch AMP recipe writes it; pixels scaled by 1/255.
@@ -11,17 +11,16 @@ import torch.nn as nn
 from torch.utils.data import DataLoader, TensorDataset
 
 
-class ResidualMLP(nn.Module):
+class PixelMLP(nn.Module):
     def __init__(self, d_in, width, n_classes):
         super().__init__()
-        self.inp = nn.Linear(d_in, width)  # zoo: layer name=inp first=1 frozen=1 missing=1
-        self.norm = nn.LayerNorm(width)
+        self.inp = nn.Linear(d_in, width)  # zoo: layer name=inp first=1 frozen=1 missing=1 init=1
         self.hidden = nn.Linear(width, width)  # zoo: layer name=hidden missing=1 frozen=1
         self.act = nn.SiLU()
         self.cls = nn.Linear(width, n_classes)  # zoo: layer name=cls head=1 missing=1 new="nn.Linear(64, 8)"
 
     def forward(self, x):
-        h = self.act(self.norm(self.inp(x)))
+        h = self.act(self.inp(x))
         h = h + self.act(self.hidden(h))
         return self.cls(h)  # zoo: logits
 
@@ -35,9 +34,9 @@ def main():
     images = ((0.35 * templates[y] + 0.65 * torch.rand(n, d, generator=g)) * 255).to(torch.uint8)  # 8x8 grey images, flattened
     x = images.float() / 255.0  # zoo: pixels
     loader = DataLoader(TensorDataset(x, y), batch_size=128, shuffle=True)
-    model = ResidualMLP(d, 64, classes)  # zoo: model var=model
+    model = PixelMLP(d, 64, classes)  # zoo: model var=model
     criterion = nn.CrossEntropyLoss()  # zoo: criterion kind=ce
-    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)  # zoo: optimizer var=optimizer kind=adamw | lr value=3e-3
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)  # zoo: optimizer var=optimizer kind=sgd | lr value=0.05
     for epoch in range(8):  # zoo: loop
         model.train()  # zoo: train_mode
         for xb, yb in loader:

@@ -47,7 +47,7 @@ for epoch in range(6):  # zoo: loop
     total = 0.0
     for start in range(0, N_RATINGS, batch):
         idx = order[start:start + batch]
-        pred = model(users[idx], items[idx])  # zoo: forward
+        pred = model(users[idx], items[idx])  # zoo: forward ids=1
         loss = loss_fn(pred, ratings[idx])  # zoo: loss kind=mse pred=pred target=ratings[idx]
         optimizer.zero_grad()  # zoo: zero_grad
         loss.backward()  # zoo: backward
