@@ -1218,14 +1218,14 @@ def constant_feature_zero_std(base: Base) -> list[Variant] | None:
     return [Variant("", Edit(base).insert_before(n.line, f"{target} = 0.0").source(), answers("input", "nan_inf"))]
 
 
-@operator("sparse_inputs", "training_data", 4, "bait: sparse inputs (90% of features exactly zero)", healthy=True, expects="healthy")
+@operator("sparse_inputs", "training_data", 4, "bait: sparse inputs (80% of features exactly zero)", healthy=True, expects="healthy")
 def sparse_inputs(base: Base) -> list[Variant] | None:
-    """Zero 90% of the input features (the labels are made from the sparse features)."""
+    """Zero 80% of the input features at random (the labels are made from the sparse features)."""
     i = need(base.one("inputs"))
     if not i.flag("sparse"):
         return None
     var = i.get("var")
-    return [Variant("", Edit(base).insert_after(i.line, f"{var} = {var} * (torch.rand({var}.shape) < 0.1)").source(), None)]
+    return [Variant("", Edit(base).insert_after(i.line, f"{var} = {var} * (torch.rand({var}.shape) < 0.2)").source(), None)]
 
 
 @operator("large_scale_targets", "training_data", 4, "bait: regression targets in large units (large gradient norms, the loss falls)",
