@@ -216,7 +216,9 @@ def finish_expected(mutant: ops.Mutant, rec: dict) -> tuple[list[dict] | None, s
             got_grad = [d for d in own if d in owners and no_grad.get(d, 0) < steps]
             if got_grad:
                 return exp, f"construction check: {got_grad} received a gradient"
-            exp += [{"module": d, "kind": "no_gradient"} for d in own if d != mod]
+            # descendants that hold parameters, and the containers between them and the cut module
+            exp += [{"module": d, "kind": "no_gradient"} for d in own
+                    if d != mod and (d in owners or any(o.startswith(d + ".") for o in owners))]
     return [dict(t) for t in dict.fromkeys(tuple(sorted(e.items())) for e in exp)], ""
 
 

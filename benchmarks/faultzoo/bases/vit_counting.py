@@ -38,7 +38,7 @@ class PatchCounter(nn.Module):
     def forward(self, images):
         tokens = self.patch(images).flatten(2).transpose(1, 2)  # zoo: cut var=tokens upstream=patch
         tokens = torch.cat([self.cls.expand(len(images), -1, -1), tokens], dim=1) + self.pos
-        h = self.encoder(tokens)  # zoo: cut var=h upstream=patch,encoder
+        h = self.encoder(tokens)  # zoo: cut var=h upstream=patch,encoder | skip module=encoder replace="h = tokens"
         return self.head(self.norm(h[:, 0]))  # zoo: logits
 
     def training_step(self, batch):
