@@ -29,6 +29,6 @@ def owner_module(root: nn.Module, optimizer: Any) -> nn.Module:
     best, size = root, sum(1 for _ in root.parameters())
     for _, mod in root.named_modules():
         ids = {id(p) for p in mod.parameters()}
-        if wanted <= ids and len(ids) < size:
+        if wanted <= ids and len(ids) <= size:  # (pre-order: an equal, deeper one wins)
             best, size = mod, len(ids)
     return best

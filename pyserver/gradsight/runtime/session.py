@@ -519,6 +519,8 @@ class Session:
                 self._model_of[opt] = w
                 if self._is_primary(opt):
                     self._clock = w
+        if called is not root:  # what wraps the model (torch.compile, DDP) stands for its root: its output is the model's
+            w.layout.module_index.setdefault(id(called), 0)
         self._reindex()
         fw.follow(w, w.recorder, called, root)
         if found_in_step:
