@@ -817,13 +817,17 @@ def sigmoid_everywhere(base: Base) -> list[Variant] | None:
 
 
 @operator("relu_on_output", "activation", 0, "DeepCrime 'add activation function' to the output layer",
-          expects="the output layer / dead_units")
+          expects="the output layer / dead_units or activation_out_of_range (regression: also loss / loss_target_mismatch)")
 def relu_on_output(base: Base) -> list[Variant] | None:
     """Apply a ReLU to the model's output logits/predictions."""
-    if need(base.one("loss")).get("kind") not in ("ce", "bce", "mse"):
+    kind = need(base.one("loss")).get("kind")
+    if kind not in ("ce", "bce", "mse"):
         return None
     h = head(base).get("name")
-    return [Variant("", _wrap_output(base, "torch.relu"), answers(h, ["dead_units", "activation_out_of_range"]))]
+    exp = answers(h, ["dead_units", "activation_out_of_range"])
+    if kind == "mse":  # standardised regression targets: half of them are out of a ReLU's reach
+        exp += answers("loss", "loss_target_mismatch")
+    return [Variant("", _wrap_output(base, "torch.relu"), exp)]
 
 
 # ==============================================================================================
