@@ -134,6 +134,7 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
 
     from .analysis.data import load
     from .analysis.diagnose import analyse_run, build
+    from .analysis.ranks import diagnose_ranks, siblings
     from .analysis.summary import text
     from .store import StoreError, check_replaceable
     from .thresholds import ThresholdError
@@ -147,9 +148,15 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
         if report:
             check_replaceable(report, "--report")
         thresholds = load_thresholds(os.getcwd())
-        data = load(args.store)
-        findings, cause = analyse_run(data, thresholds)
-        diagnosis = build(data, findings, cause)
+        ranks = siblings(args.store)
+        if len(ranks) > 1:  # a torchrun run: every rank's store, read together
+            diagnosis = diagnose_ranks(ranks, thresholds)
+            lead = (diagnosis.get("root_cause") or {}).get("rank", ranks[0][0])
+            data = load(dict(ranks).get(lead, args.store))
+        else:
+            data = load(args.store)
+            findings, cause = analyse_run(data, thresholds)
+            diagnosis = build(data, findings, cause)
     except (StoreError, ThresholdError) as exc:
         print(f"gradsight diagnose: {exc}", file=sys.stderr)
         return 2
@@ -184,6 +191,17 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except BrokenPipeError:  # the reader went away (gradsight diagnose run.db | head): no traceback
+        try:
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 (Python flushes stdout at exit)
+        except OSError:
+            pass
+        return 1
+
+
+def _main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "trace":
         return cmd_trace(argv[1:])

@@ -27,8 +27,12 @@ def headline(d: dict[str, Any]) -> list[str]:
     else:
         lines.append("anomaly: none caught")
     rc = d.get("root_cause")
+    if d.get("ranks"):
+        lines.append(f"ranks: {len(d['ranks'])} (" + ", ".join(f"rank {r['rank']}: {r['steps']} steps, {r['status']}" for r in d["ranks"]) + ")")
+        lines.extend(f"  rank {n['rank']}: {n['message']}" for n in d.get("rank_findings", []))
     if rc:
-        lines.append(f"root cause: {rc['module'] or '(model)'} - {rc['kind']} (confidence {rc['confidence']:.2f})")
+        where = f" on rank {rc['rank']}" if "rank" in rc else ""
+        lines.append(f"root cause: {rc['module'] or '(model)'} - {rc['kind']}{where} (confidence {rc['confidence']:.2f})")
         if d.get("evidence"):
             lines.append(f"  evidence: {d['evidence']}")
         if len(rc["path"]) > 1:

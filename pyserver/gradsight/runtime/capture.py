@@ -18,7 +18,7 @@ from torch import nn
 
 from ..store import StoreWriter
 from .activations import fit
-from .layout import Layout, first_tensor
+from .layout import Layout, first_tensor, local
 from .triggers import Fired, History
 
 CAPTURE_MODULES = 4  # modules whose gradients and weights are kept
@@ -111,18 +111,18 @@ def capture(writer: StoreWriter, layout: Layout, names: list[str], step: int, wo
             for role, tensor in (("gradient", p.grad), ("weight", p.detach())):
                 if tensor is None or budget <= 0:
                     continue
-                arr = fit(tensor.detach().float().cpu().numpy(), budget)
+                arr = fit(local(tensor).detach().float().cpu().numpy(), budget)  # (a sharded tensor: this rank's shard)
                 budget -= arr.nbytes
                 writer.put_tensor(step, names[mid], role, arr)
     for mid, mod in enumerate(layout.modules):  # embeddings, for projections
         if isinstance(mod, nn.Embedding) and budget > 0:
-            arr = fit(mod.weight.detach().float().cpu().numpy(), min(budget, EMBEDDING_BYTES))
+            arr = fit(local(mod.weight).detach().float().cpu().numpy(), min(budget, EMBEDDING_BYTES))
             budget -= arr.nbytes
             writer.put_tensor(step, names[mid], "weight", arr)
     for in_step, args, kwargs in list(inputs):
         x = first_tensor(args) if args else first_tensor(kwargs)
         if x is not None and budget > 0:
-            arr = fit(x.detach().cpu().numpy(), min(budget, INPUT_BYTES))
+            arr = fit(local(x).detach().cpu().numpy(), min(budget, INPUT_BYTES))
             budget -= arr.nbytes
             writer.put_tensor(in_step, names[0], "input", arr)
     return budget

@@ -73,7 +73,7 @@ def common(layout: Layout, losses: list[torch.Tensor], on_host: list[float], *, 
             return None
     sharded = layout.sharded_any and reduce is not None
     if sharded:
-        grads = [local(g) for g in grads]  # type: ignore[arg-type]
+        grads = [s if s.numel() else s.new_zeros(1) for s in (local(g) for g in grads)]  # type: ignore[arg-type]
     try:
         vec = torch.stack(torch._foreach_norm(grads))  # type: ignore[arg-type]
     except RuntimeError:  # mixed devices

@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any
 
@@ -43,24 +44,47 @@ class Distributed:
         dist = _dist()
         if dist is None or mask is None:
             return values
-        part = torch.where(mask, values, torch.zeros_like(values))
+        part = torch.where(mask, values.float(), torch.zeros((), dtype=torch.float32, device=values.device))
         if values.device.type == "cpu" and dist.get_backend() == "nccl":  # (NCCL reduces accelerator tensors only)
             part = part.cuda()
         dist.all_reduce(part, op=dist.ReduceOp.MAX if how == "max" else dist.ReduceOp.SUM)
         return torch.where(mask, part.to(values.device), values)
 
-    def agree_to_stop(self, watches: Watches, step: int) -> None:
-        """When breaks are set, every rank learns whether one of them stops at this step, and stops with it."""
+    def agree_to_stop(self, watches: Watches, step: int) -> int | None:
+        """When breaks are set, every rank learns whether one of them stops at this step (the highest such
+        rank is returned), and stops with it, with one message on every rank."""
         dist = _dist()
         if dist is None or self.world < 2 or not watches.has_breaks:
-            return
-        stopping = any(a.kind == "stop" for a in watches.actions)
+            return None
+        stopping = [a for a in watches.actions if a.kind == "stop"]
         device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
         code = torch.tensor([self.rank + 1 if stopping else 0], dtype=torch.int64, device=device)
         dist.all_reduce(code, op=dist.ReduceOp.MAX)
         first = int(code.item()) - 1
-        if first >= 0 and not stopping:
-            watches.actions.append(Action(Fired("break", f"a breakpoint held on rank {first}", condition=f"breakpoint on rank {first}"), "stop"))
+        if first < 0:
+            return None
+        for a in stopping:  # the rank that held it says which breakpoint, then all say the same
+            f = a.fired
+            value = f" ({f.value:.4g})" if f.value is not None else ""
+            print(f"gradsight{self.tag}: breakpoint {f.condition}{' in ' + repr(f.module) if f.module else ''}{value} held at step {step}",
+                  file=sys.stderr, flush=True)
+        watches.actions = [a for a in watches.actions if a.kind != "stop"]
+        watches.actions.append(Action(Fired("break", f"a breakpoint held on rank {first}", condition=f"on rank {first}"), "stop_all"))
+        return first
+
+    def exit_together(self, status: int) -> None:
+        """After a breakpoint stopped every rank: wait until every rank has closed its store, then leave at once.
+        torchrun ends the other ranks (SIGTERM) as soon as one exits with a failure status, and Python's own
+        exit (its finalizers, the process group's teardown) would leave time for that: so no rank goes first."""
+        dist = _dist()
+        try:
+            if dist is not None:
+                dist.barrier()
+        except Exception:
+            pass
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status)
 
     def say(self, text: str) -> None:
         print(f"gradsight{self.tag}: {text}", file=sys.stderr, flush=True)

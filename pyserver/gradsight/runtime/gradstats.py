@@ -143,21 +143,21 @@ def queue_grads(layout: Layout, transfer: Transfer, sampled: bool, reduce: Reduc
             with torch.no_grad():  # (the parameters themselves: no detached alias per tensor)
                 transfer.add("weight_l2", foreach_norm(layout.params, 2.0))
         return idx
-    shards = [local(g) for g in grads_t]
-    if not shards:
-        return idx
+    # Sharded (FSDP2): the L2 norms are reduced over the ranks at every step, unconditionally: one collective,
+    # which every rank reaches at the same point whatever else differs between them (a trigger firing on one
+    # rank's loss, say). The statistics of sampled steps are the local shards' (no collective that one rank could
+    # skip). A rank holds an empty shard of a small parameter: it counts as zeros.
+    shards = [s if s.numel() else s.new_zeros(1) for s in (local(g) for g in grads_t)]
     present = layout.sharded if idx is None else layout.sharded[idx]
-    mask = torch.as_tensor(present, device=shards[0].device)
-    transfer.add("l2", sharded_l2(_stacked(foreach_norm(shards, 2.0)), mask, reduce))
-    if sampled:
+    mask = torch.as_tensor(present, device=shards[0].device if shards else "cpu")
+    transfer.add("l2", sharded_l2(_stacked(foreach_norm(shards, 2.0)) if shards else torch.zeros(0), mask, reduce))
+    if sampled and shards:
         on_cpu = all_on_cpu(shards)
-        transfer.add("linf", reduce(_stacked(max_abs(shards, on_cpu)), "max", mask))
-        transfer.add("l1", reduce(_stacked(foreach_norm(shards, 1.0)), "sum", mask))
-        transfer.add("nonzero", reduce(_stacked(nonzero_counts(shards, on_cpu)), "sum", mask))
+        transfer.add("linf", max_abs(shards, on_cpu))
+        transfer.add("l1", foreach_norm(shards, 1.0))
+        transfer.add("nonzero", nonzero_counts(shards, on_cpu))
         with torch.no_grad():
-            weights = [local(p) for p in layout.params]
-            wmask = torch.as_tensor(layout.sharded, device=weights[0].device)
-            transfer.add("weight_l2", sharded_l2(_stacked(foreach_norm(weights, 2.0)), wmask, reduce))
+            transfer.add("weight_l2", foreach_norm([w if w.numel() else w.new_zeros(1) for w in (local(p) for p in layout.params)], 2.0))
     return idx
 
 
@@ -166,7 +166,7 @@ def read_grads(layout: Layout, host: dict[str, np.ndarray], idx: list[int] | Non
     if idx is None:
         present = layout.all_params
         l2 = host.get("l2", np.zeros(0)).astype(np.float64)
-        return GradSample(present, True, l2, _f64(host.get("linf")), _f64(host.get("l1")), _zeros(layout.numel, host), _f64(host.get("weight_l2")))
+        return GradSample(present, True, l2, _f64(host.get("linf")), _f64(host.get("l1")), _zeros(layout.stat_numel, host), _f64(host.get("weight_l2")))
 
     def spread(values: np.ndarray | None) -> np.ndarray | None:
         if values is None:
@@ -179,7 +179,7 @@ def read_grads(layout: Layout, host: dict[str, np.ndarray], idx: list[int] | Non
     present[idx] = True
     spread_l2 = spread(host.get("l2", np.zeros(0)).astype(np.float64))
     assert spread_l2 is not None
-    return GradSample(present, False, spread_l2, spread(host.get("linf")), spread(host.get("l1")), spread(_zeros(layout.numel[idx], host)),
+    return GradSample(present, False, spread_l2, spread(host.get("linf")), spread(host.get("l1")), spread(_zeros(layout.stat_numel[idx], host)),
                       _f64(host.get("weight_l2")))
 
 
@@ -216,14 +216,14 @@ def per_module(layout: Layout, s: GradSample) -> dict[str, np.ndarray]:
         norm[layout.no_params] = np.nan
         out["grad_norm"] = norm
         none = layout.no_params
-        numel = layout.module_numel
+        numel = layout.module_stat_numel
     else:
         none = (m @ s.present.astype(np.float64)) == 0
         with np.errstate(invalid="ignore", over="ignore"):
             norm = module_norms(m, np.where(s.present, s.l2, 0.0))
         norm[none] = np.nan
         out["grad_norm"] = norm
-        numel = m @ (layout.numel * s.present)
+        numel = m @ (layout.stat_numel * s.present)
     if s.linf is None and s.l1 is None and s.zeros is None and s.weight_l2 is None:
         return out
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):

@@ -47,6 +47,9 @@ class Layout:
         # FSDP2 shards parameters (and their gradients) across ranks: their per-rank sums are reduced
         self.sharded = np.array([is_sharded(p) for p in self.params], dtype=bool)
         self.sharded_any = bool(self.sharded.any())
+        # the elements the per-rank statistics (mean |grad|, zero fractions) are over: a sharded parameter's local shard
+        self.stat_numel = np.array([local(p).numel() for p in self.params], dtype=np.float64) if self.sharded_any else self.numel
+        self.module_stat_numel = self.member @ self.stat_numel
 
     @classmethod
     def from_model(cls, root: nn.Module) -> Layout:

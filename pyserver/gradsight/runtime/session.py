@@ -30,6 +30,7 @@ from torch import nn
 from .. import __version__
 from ..conditions import Condition
 from ..store import EVENT_ORIGIN, EVENT_SKIPPED, EVENT_TRIGGER, EVENT_WARNING, StepRow, StoreWriter, prepare_output
+from ..store.paths import prepare_rank_output
 from ..thresholds import Thresholds
 from . import collect as col
 from . import gradstats as gs
@@ -41,7 +42,7 @@ from .collect import Collected
 from .defer import Pending, Ring
 from .distributed import Distributed
 from .hooks import ForwardWatch, GlobalHooks, unwrap
-from .layout import first_tensor
+from .layout import first_tensor, local
 from .losses import StepLoss
 from .pause import user_frame
 from .triggers import BUILTIN, Fired, History
@@ -96,14 +97,17 @@ class Settings:
         }
 
 
-def rank_path(store: str) -> tuple[str, int, int]:
-    """The store of this process's rank (``run.db``, ``run.rank1.db``, ...), the rank and the world size."""
+def distributed_identity() -> tuple[int, int, str | None]:
+    """(rank, world size, the run's group id) from torchrun's environment; the group id names the run that
+    the ranks' sibling stores belong to (None for one process)."""
     rank = int(os.environ.get("RANK", "0") or 0)
     world = int(os.environ.get("WORLD_SIZE", "1") or 1)
-    if rank > 0:
-        base, ext = os.path.splitext(store)
-        store = f"{base}.rank{rank}{ext or '.db'}"
-    return store, rank, world
+    if world <= 1:
+        return rank, world, None
+    env = os.environ
+    group = ":".join([env.get("MASTER_ADDR", ""), env.get("MASTER_PORT", ""), env.get("TORCHELASTIC_RUN_ID", ""),
+                      str(os.getppid()) if env.get("TORCHELASTIC_RUN_ID") else env.get("GROUP_RANK", "")])
+    return rank, world, group
 
 
 class Session:
@@ -118,15 +122,17 @@ class Session:
             raise RuntimeError("gradsight is already watching a model in this process; close that handle first")
         self.settings = settings or Settings()
         self.settings.validate()
-        path, rank, world = rank_path(os.fspath(store))
+        rank, world, group = distributed_identity()
         self.rank, self.world_size = rank, world
-        self.store_path = prepare_output(path, overwrite=overwrite, protect=[script] if script else [])
+        protect = [script] if script else []
+        self.store_path = (prepare_output(store, overwrite=overwrite, protect=protect) if group is None
+                           else prepare_rank_output(store, rank, group, overwrite=overwrite, protect=protect))
         self.writer = StoreWriter(self.store_path, {
             "script": script, "argv": argv if argv is not None else list(sys.argv), "cwd": os.getcwd(),
             "started": time.time(), "status": "running", "torch_version": torch.__version__,
             "gradsight_version": __version__, "python_version": platform.python_version(),
             "device": None, "rank": rank, "world_size": world, "pid": os.getpid(),
-            "settings": self.settings.as_json(), "loss_source": "backward",
+            "settings": self.settings.as_json(), "loss_source": "backward", "run_group": group,
         })
         self.progress = progress
         self.closed = False
@@ -283,6 +289,8 @@ class Session:
     def on_optimizer_pre(self, optimizer: torch.optim.Optimizer, has_closure: bool) -> bool:
         """Before a step; True asks for its closure to be wrapped (the step is read when it returns)."""
         if self._broken:
+            if self._is_primary(optimizer):
+                self._lockstep("reduce")
             return False
         self._guard("optimizer", lambda: self._register_optimizer(optimizer))
         w = self._model_of.get(optimizer)
@@ -324,6 +332,8 @@ class Session:
 
     def on_optimizer_post(self, optimizer: torch.optim.Optimizer) -> None:
         stepping = self._stepping
+        if self._broken and self._is_primary(optimizer):
+            self._lockstep("stop")
         if self._broken or stepping is None or stepping[0] is not optimizer:
             return
         _, w, primary = stepping
@@ -347,7 +357,7 @@ class Session:
             self.loss.backward(tensors)
             w = self.watched
             if self._n_backward == 0 and not self._zeroed and w is not None and len(self.models) == 1:
-                existing = [p.grad for p in w.layout.params if p.grad is not None]
+                existing = [local(p.grad) for p in w.layout.params if p.grad is not None]
                 if not existing:
                     self._zeroed = True
                 else:
@@ -772,6 +782,18 @@ class Session:
             except Exception:
                 pass
 
+    def _lockstep(self, which: str) -> None:
+        """A rank whose collection broke still takes its part in the collectives the other ranks make at each
+        step (the sharded norms' reduction, agreeing whether to stop): one rank leaving them would hang the rest."""
+        w = self.watched
+        try:
+            if which == "reduce" and w is not None and w.layout.sharded_any and self.dist.active:
+                self.dist.reduce(torch.zeros(len(w.layout.params)), "sum", torch.as_tensor(w.layout.sharded))
+            elif which == "stop":
+                self.dist.agree_to_stop(self.watches, self.step)
+        except Exception:
+            pass
+
     def _run_actions(self) -> None:
         self.dist.agree_to_stop(self.watches, self.step - 1)
         self.watches.run_actions(self.step - 1, self.writer, self.store_path, self.dist.tag)
@@ -876,6 +898,10 @@ class Session:
         if where not in self._errors:
             self._errors.add(where)
             print(f"gradsight{self.dist.tag}: internal error in {where} ({exc!r}); collection degraded, training continues", file=sys.stderr)
+            if os.environ.get("GRADSIGHT_DEBUG"):  # (for gradsight's own developers: where it broke)
+                import traceback
+
+                traceback.print_exception(type(exc), exc, exc.__traceback__)
             try:
                 self.writer.put_event(self.step, EVENT_WARNING, "internal_error", message=f"{where}: {exc!r}")
             except Exception:

@@ -152,6 +152,8 @@ def run(target: str, args: list[str], *, module: bool, store: str, settings: Set
         session.close(outcome)
     if not quiet and not _Exit.interrupted:
         _summary(session)
+    if outcome == "stopped" and session.dist.active:
+        session.dist.exit_together(status)  # (does not return)
     return status
 
 

@@ -27,7 +27,7 @@ class GradsightStop(BaseException):
 @dataclass
 class Action:
     fired: Fired
-    kind: str  # "pause" (debugger) or "stop" (--break without debugger)
+    kind: str  # "pause" (debugger), "stop" (--break without debugger), "stop_all" (every rank of a distributed run)
     frame: Any = None
 
 
@@ -88,6 +88,10 @@ class Watches:
             if a.kind == "pause":
                 print(msg + ": pausing in your training loop", file=sys.stderr, flush=True)
                 pause(a.frame)
+            elif a.kind == "stop_all":  # the same words on every rank of a distributed run
+                writer.flush()
+                raise GradsightStop(f"gradsight{tag}: a breakpoint held {f.condition} at step {step}; every rank stopped, "
+                                    f"snapshot in {store_path}")
             else:
                 writer.flush()
                 raise GradsightStop(msg + f"; run stopped, snapshot in {store_path}")

@@ -132,3 +132,54 @@ def check_replaceable(path: str | os.PathLike[str], what: str = "the file") -> N
         raise OutputError(f"{path}: cannot be read ({exc.strerror or exc})") from None
     if MARK not in head:
         raise OutputError(f"{path}: exists and was not written by gradsight; gradsight never writes over it: choose another name")
+
+
+def rank_file(path: str, rank: int) -> str:
+    """``run.db`` for rank 0, ``run.rank1.db`` for rank 1, ..."""
+    if rank <= 0:
+        return path
+    base, ext = os.path.splitext(path)
+    return f"{base}.rank{rank}{ext or '.db'}"
+
+
+def run_group(path: str | os.PathLike[str]) -> str | None:
+    """The distributed run a store belongs to: "" for a run of one process, None while it cannot be read yet."""
+    try:
+        conn = sqlite3.connect(ro_uri(path), uri=True, timeout=1.0)
+        try:
+            row = conn.execute("SELECT run_group FROM run WHERE id = 1").fetchone()
+        finally:
+            conn.close()
+    except sqlite3.Error:
+        return None
+    if row is None:
+        return None
+    return row[0] if isinstance(row[0], str) else ""
+
+
+def prepare_rank_output(path: str | os.PathLike[str], rank: int, group: str, *, overwrite: bool = False,
+                        protect: Iterable[str | os.PathLike[str]] = ()) -> str:
+    """Under torchrun every rank picks its file by one rule, so that the files stay siblings (``run-1.db`` and
+    ``run-1.rank1.db``): rank 0 takes the first name that is free (``--overwrite``: the name given, when it is a
+    store); every other rank the first name whose rank-0 file is free or is its own run's (rank 0 may be
+    creating it right now), and replaces a store of its rank left there by another run."""
+    first = Path(os.path.abspath(os.path.expanduser(os.fspath(path))))
+    names = [first, *(first.with_name(f"{first.stem}-{k}{first.suffix or '.db'}") for k in range(1, 10_000))]
+    if rank == 0:
+        if overwrite and first.exists():
+            return prepare_output(first, overwrite=True, protect=protect)
+        for candidate in names:
+            if not candidate.exists():
+                return prepare_output(candidate, protect=protect)
+            if not is_store(candidate):
+                prepare_output(candidate, protect=protect)  # raises: not a store
+        raise OutputError(f"{path}: no free name for the run store")
+    for candidate in names:
+        if not candidate.exists() or run_group(candidate) in (None, group):
+            mine = Path(rank_file(str(candidate), rank))
+            if mine.exists():
+                remove_store(mine)  # (raises for a file that is not a store)
+            return prepare_output(mine, protect=protect)
+        if not is_store(candidate):
+            prepare_output(candidate, protect=protect)
+    raise OutputError(f"{path}: no free name for the run store")

@@ -22,7 +22,8 @@ CREATE TABLE IF NOT EXISTS run (
     torch_version TEXT, gradsight_version TEXT, python_version TEXT,
     device TEXT, rank INTEGER, world_size INTEGER, pid INTEGER, settings TEXT,
     model TEXT, optimizer TEXT, loss_source TEXT, loss_module TEXT,
-    models TEXT  -- JSON: [{"name", "type", "optimizer"}] of every watched model, when there are several
+    models TEXT,  -- JSON: [{"name", "part", "type", "module_offset", ...}] of every watched model, when there are several
+    run_group TEXT  -- the distributed run (torchrun) whose ranks' stores are siblings; NULL for one process
 );
 CREATE TABLE IF NOT EXISTS modules (
     id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE, type TEXT NOT NULL,
