@@ -318,6 +318,15 @@ class ForwardWatch:
             if rec.armed:
                 rec.measure(module, args, output)
 
+    def largest(self, exclude: set[int]) -> nn.Module | None:
+        """The top-level module called so far with the most parameters (none of ``exclude``)."""
+        best, size = None, 0
+        for mod in self.candidates.values():
+            n = sum(1 for p in mod.parameters() if id(p) not in exclude)
+            if n > size:
+                best, size = mod, n
+        return best
+
     def choose(self, wanted: set[int]) -> nn.Module | None:
         """The top-level module owning most of ``wanted`` parameter ids (or the largest one)."""
         best: nn.Module | None = None

@@ -167,6 +167,7 @@ class Session:
         self._optimizer_seen = optimizer is not None  # one exists: backward calls are its steps' micro-batches
         self._created: weakref.WeakSet[torch.optim.Optimizer] = weakref.WeakSet()  # optimizers made since the session began
         self._later_phase: weakref.WeakSet[torch.optim.Optimizer] = weakref.WeakSet()  # made after the first steps
+        self._searched = False  # the process's objects were searched for a model (once)
         self._auto_steps = False  # no optimizer at all: each backward ends a step
         self._explicit_steps = False  # the user ends steps with mark_step()
         self._transfer = gs.Transfer()
@@ -292,8 +293,12 @@ class Session:
             if self._is_primary(optimizer):
                 self._lockstep("reduce")
             return False
-        self._guard("optimizer", lambda: self._register_optimizer(optimizer))
+        self._guard("optimizer", lambda: self._register_optimizer(optimizer, stepping=True))
         w = self._model_of.get(optimizer)
+        if w is None and not self.models and self._is_primary(optimizer) and not has_closure:  # no model at all: the loss alone
+            self._stepping = (optimizer, None, True)
+            self.own.timed(lambda: self._guard("step", lambda: self._begin(None, True)))
+            return False
         if w is None:  # the model is not known yet: a closure's forward may make it known (LBFGS's first step)
             if has_closure and self._is_primary(optimizer):
                 self._stepping, self._closure_step = (optimizer, None, True), True
@@ -340,6 +345,9 @@ class Session:
         if w is None:
             w = self._model_of.get(optimizer)
             if w is None:
+                if self._step_open:  # a step of the loss alone
+                    self.own.timed(lambda: self._guard("step", lambda: self._end(None, True)))
+                    self._run_actions()
                 self._stepping = None
                 return
         if not self._step_open:  # a closure step whose closure never ran
@@ -450,8 +458,15 @@ class Session:
     def _is_primary(self, optimizer: torch.optim.Optimizer) -> bool:
         return self._primary is not None and self._primary() is optimizer
 
-    def _register_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
+    def _register_optimizer(self, optimizer: torch.optim.Optimizer, stepping: bool = False) -> None:
         if optimizer in self._optimizers:
+            if stepping and optimizer not in self._model_of and not self._searched:
+                self._searched = True  # (once: a search of the process's objects is not for every step)
+                owner = self._adopt_for([optimizer], last_resort=True)
+                if owner is not None:
+                    self._model_of[optimizer] = owner
+                    if self._is_primary(optimizer):
+                        self._clock = owner
             return
         self._optimizers.add(optimizer)
         self._optimizer_seen = True
@@ -459,18 +474,23 @@ class Session:
             self._primary = weakref.ref(optimizer)
             self.writer.update_run(optimizer=type(optimizer).__name__)
         owner = next((w for w in self.models if w.owns(optimizer)), None)
-        if owner is None and self._forward.candidates:
-            owner = self._adopt_for([optimizer])
+        if owner is None:
+            owner = self._adopt_for([optimizer], last_resort=stepping)
         if owner is not None:
             self._model_of[optimizer] = owner
             if self._is_primary(optimizer):
                 self._clock = owner
 
-    def _adopt_for(self, optimizers: list[torch.optim.Optimizer]) -> Watched | None:
-        """Adopt the top-level module called so far that owns these optimizers' parameters."""
+    def _adopt_for(self, optimizers: list[torch.optim.Optimizer], last_resort: bool = False) -> Watched | None:
+        """Adopt the top-level module called so far that owns these optimizers' parameters. As a last resort,
+        when the optimizer steps and none does: the module that holds them though it is never called (a
+        functional model's parameters in a ModuleDict), else the model the loop calls though the optimizer does
+        not step it (a model rebuilt after its optimizer was made: a fault the diagnosis names)."""
         wanted = {id(p) for opt in optimizers for g in opt.param_groups for p in g["params"]}
         known = set().union(*(w.param_ids for w in self.models)) if self.models else set()
-        root = self._forward.choose(wanted - known)
+        root = self._forward.choose(wanted - known) if self._forward.candidates else None
+        if root is None and last_resort and wanted - known:
+            root = owner_in_memory(wanted - known) or self._forward.largest(exclude=known)
         if root is None or any(w.root is unwrap(root) for w in self.models):
             return None
         return self._adopt(root)
@@ -910,6 +930,34 @@ class Session:
             self._broken = True
             for w in self.models:
                 w.recorder.disarm()
+
+
+def owner_in_memory(wanted: set[int]) -> nn.Module | None:
+    """The smallest module that holds every one of these parameters: among the user's variables first, then
+    among all of the process's objects (once per run: it is a search of everything the collector tracks)."""
+    def smallest(mods: list[nn.Module]) -> nn.Module | None:
+        best, size = None, 10**12
+        for m in mods:
+            try:
+                ids = {id(p) for p in m.parameters()}
+            except Exception:
+                continue
+            if wanted <= ids and len(ids) < size:
+                best, size = m, len(ids)
+        return best
+
+    frame, seen = user_frame(), []
+    for _ in range(8):
+        if frame is None:
+            break
+        seen += [v for v in list(frame.f_locals.values()) + list(frame.f_globals.values()) if isinstance(v, nn.Module)]
+        frame = frame.f_back
+    found = smallest(seen)
+    if found is None:
+        import gc
+
+        found = smallest([o for o in gc.get_objects() if isinstance(o, nn.Module)])
+    return found
 
 
 def model_name(root: nn.Module, taken: set[str]) -> str:
