@@ -260,6 +260,8 @@ class ForwardWatch:
         self._on_root_call = on_root_call
         self._on_output = on_output  # every module call's output
         self.recorders: list[Any] = []  # the ActivationRecorder of each chosen model, armed or not
+        self.tracking = False  # keep the stack of running modules (on measured steps, for observations)
+        self.stack: list[nn.Module] = []
 
     def install(self) -> None:
         if self._handles:
@@ -289,6 +291,8 @@ class ForwardWatch:
         for rec in self.recorders:
             if rec.want_order:
                 rec.note_call(module, args)
+        if self.tracking:
+            self.stack.append(module)
         self._depth += 1
         key = id(module)
         if not self._roots and key not in self._seen:  # (the first model's forward order: until it is chosen)
@@ -300,6 +304,9 @@ class ForwardWatch:
         if compiling():
             return
         kwargs, output = (rest[0], rest[1]) if len(rest) == 2 else ({}, rest[-1] if rest else None)
+        if self.tracking and self.stack:
+            while self.stack and self.stack.pop() is not module:
+                pass
         if self._on_output is not None:
             self._on_output(module, output)
         self._depth = max(0, self._depth - 1)

@@ -44,6 +44,7 @@ from .distributed import Distributed
 from .hooks import ForwardWatch, GlobalHooks, unwrap
 from .layout import first_tensor, local
 from .losses import StepLoss
+from .observe import Observer
 from .pause import user_frame
 from .triggers import BUILTIN, Fired, History
 from .values import global_norms, loss_of, nonfinite_counts, step_values
@@ -168,6 +169,7 @@ class Session:
         self._created: weakref.WeakSet[torch.optim.Optimizer] = weakref.WeakSet()  # optimizers made since the session began
         self._later_phase: weakref.WeakSet[torch.optim.Optimizer] = weakref.WeakSet()  # made after the first steps
         self._searched = False  # the process's objects were searched for a model (once)
+        self._optimizers_written: list[dict[str, Any]] = []
         self._auto_steps = False  # no optimizer at all: each backward ends a step
         self._explicit_steps = False  # the user ends steps with mark_step()
         self._transfer = gs.Transfer()
@@ -189,6 +191,9 @@ class Session:
         self._forward = ForwardWatch(self._on_root_call, self._on_output)
         self._hooks = GlobalHooks(self)
         self._hooks.install()
+        self.observer = Observer(self._current_module)
+        self.observer.install()
+        self._maps_kept = False  # attention maps kept once (the first measured step), and again at a capture
         ACTIVE = self
         if optimizer is not None:
             self._register_optimizer(optimizer)
@@ -266,6 +271,7 @@ class Session:
         self.own.close()
         self.closed = True
         self._hooks.remove()
+        self.observer.remove()
         self._forward.remove()
         for w in self.models:
             w.recorder.disarm()
@@ -473,6 +479,7 @@ class Session:
         if self._primary is None or self._primary() is None:
             self._primary = weakref.ref(optimizer)
             self.writer.update_run(optimizer=type(optimizer).__name__)
+        self._guard("optimizer", self._record_optimizers)
         owner = next((w for w in self.models if w.owns(optimizer)), None)
         if owner is None:
             owner = self._adopt_for([optimizer], last_resort=stepping)
@@ -557,6 +564,8 @@ class Session:
             self._extra_sample = self.step + 1  # the forward of this step is past: measure the next one
         elif self._sampled(self.step):
             w.recorder.arm(want_order=not w.order_known)
+            self._arm_observer(capture=False)
+        self._record_optimizers()
         return w
 
     def _reindex(self) -> None:
@@ -619,11 +628,65 @@ class Session:
         sample, mods, host, act_ids = col.general(w, self._transfer, losses, on_host, sampled=sampled, prebw=self._prebw, input_stats=stats,
                                                   keep_work_space=self._sampled(step + 1), reduce=self.dist.reduce)
         self._take_recorder_extras(w, step)
+        if clock and sampled:
+            self._write_observations(step)
         when, wall = col.now()
         scale = host.get("amp_scale")
         return Collected(step, sample, mods, host.get("loss"), sampled, self._lr(), self._zeroed_flag(host), self._n_backward, when, wall,
                          host=host, act_ids=act_ids, explicit_loss=explicit, loss_factor=self.loss.factor(), clip_limit=self._clip_limit,
                          amp_scale=float(scale[0]) if scale is not None and len(scale) else None)
+
+    def _current_module(self) -> int | None:
+        """The store id of the innermost watched module running now (observations name where they happened)."""
+        for m in reversed(self._forward.stack):
+            gid = self._index.get(id(m))
+            if gid is not None:
+                return gid
+        return None
+
+    def _arm_observer(self, capture: bool) -> None:
+        self.observer.arm(keep_maps=capture or not self._maps_kept)
+        self._forward.tracking = True
+        self._forward.stack = []
+
+    def _write_observations(self, step: int) -> None:
+        """A measured step's observations: rows, each attention module's mean entropy and largest weight, maps."""
+        self._forward.tracking = False
+        rows, maps = self.observer.take()
+        w = self.watched
+        ent: dict[int, float] = {}
+        top: dict[int, float] = {}
+        for kind, module, data in rows:
+            self.writer.put_observation(step, kind, self._name(module) if module is not None else None, data)
+            if kind == "attention" and module is not None:
+                ent[module] = float(np.mean(data["entropy"]))
+                top[module] = float(np.mean(data["maxprob"]))
+        for m in self.models:
+            mine = [g for g in ent if m.module_offset <= g < m.module_offset + m.layout.n_modules]
+            if mine:
+                for kind, values in (("attn_entropy", ent), ("attn_maxprob", top)):
+                    row = np.full(m.layout.n_modules, np.nan)
+                    for g in mine:
+                        row[g - m.module_offset] = values[g]
+                    self.writer.put_metric(step, kind, row, part=m.part)
+        for module, probs in maps:
+            if module is not None:
+                self.writer.put_tensor(step, self._name(module), "attention", probs.numpy())
+                self._maps_kept = True
+        if w is not None and step % max(self.settings.every, 1) == 0:
+            self._record_optimizers()
+
+    def _record_optimizers(self) -> None:
+        """The optimizers' hyperparameters, per parameter group, when they change (the run's record of them)."""
+        described = [describe_optimizer(o) for o in self._ordered_optimizers()]
+        if described and described != self._optimizers_written:
+            self._optimizers_written = described
+            self.writer.update_run(optimizers=described)
+
+    def _ordered_optimizers(self) -> list[torch.optim.Optimizer]:
+        primary = self._primary() if self._primary is not None else None
+        rest = [o for o in list(self._optimizers) if o is not primary]
+        return ([primary] if primary is not None else []) + rest
 
     def _take_recorder_extras(self, w: Watched, step: int) -> None:
         """What the recorder learned this forward besides its rows: module modes, forward order, captured activations."""
@@ -795,6 +858,7 @@ class Session:
                     m.recorder.capture, m.recorder.capture_budget = self._capture_acts[1], self._capture_acts[2]
                     m.recorder.captured = []
                 m.recorder.arm(want_order=not m.order_known)
+            self._arm_observer(capture=self._capture_acts is not None)
             self._capture_acts = None
         if self.progress is not None:
             try:
@@ -983,3 +1047,24 @@ def model_name(root: nn.Module, taken: set[str]) -> str:
     while out in taken:
         out, k = f"{name}_{k}", k + 1
     return out
+
+
+_HYPER = ("lr", "initial_lr", "weight_decay", "eps", "betas", "momentum", "dampening", "nesterov", "amsgrad", "maximize", "alpha",
+          "lr_decay", "centered")
+
+
+def describe_optimizer(opt: torch.optim.Optimizer) -> dict[str, Any]:
+    """An optimizer's type and each parameter group's hyperparameters (numbers as plain floats)."""
+    groups = []
+    for g in opt.param_groups:
+        entry: dict[str, Any] = {"params": sum(1 for _ in g["params"])}
+        for key in _HYPER:
+            if key in g:
+                v = g[key]
+                try:
+                    entry[key] = [float(x) for x in v] if isinstance(v, (tuple, list)) else (v if isinstance(v, bool) else float(v))
+                except (TypeError, ValueError):
+                    entry[key] = str(v)
+        groups.append(entry)
+    return {"type": type(opt).__name__, "groups": groups}
+

@@ -35,6 +35,15 @@ class ModuleInfo:
     owner: str | None
     attr: str | None
     model: str = ""
+    config: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class Observation:
+    step: int
+    kind: str
+    module: str | None
+    data: dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -96,7 +105,8 @@ def _module(r: tuple[Any, ...]) -> ModuleInfo:
                       _opt_str(r[4], f"the parent of {where}"), int(_opt_int(r[5], f"the parameter count of {where}") or 0),
                       int(_opt_int(r[6], f"the own parameter count of {where}") or 0), _opt_int(r[7], f"the forward order of {where}"),
                       _opt_str(r[8], f"the file of {where}"), _opt_int(r[9], f"the line of {where}"), _opt_str(r[10], f"the owner of {where}"),
-                      _opt_str(r[11], f"the attribute of {where}"), _opt_str(r[12], f"the model of {where}") or "")
+                      _opt_str(r[11], f"the attribute of {where}"), _opt_str(r[12], f"the model of {where}") or "",
+                      _json(r[13], f"the config of {where}") if len(r) > 13 and r[13] else None)
 
 
 def _json(text: Any, what: str) -> Any:
@@ -150,7 +160,7 @@ class RunStore:
         if row is None:
             return {}
         out = dict(zip([d[0] for d in cur.description], row))
-        for key in ("argv", "settings", "models"):
+        for key in ("argv", "settings", "models", "optimizers"):
             if isinstance(out.get(key), str):
                 try:
                     out[key] = json.loads(out[key])
@@ -160,7 +170,7 @@ class RunStore:
 
     def modules(self) -> list[ModuleInfo]:
         rows = self.conn.execute(
-            "SELECT id, name, type, type_module, parent, n_params, own_params, forward_order, file, line, owner, attr, model"
+            "SELECT id, name, type, type_module, parent, n_params, own_params, forward_order, file, line, owner, attr, model, config"
             " FROM modules ORDER BY id"
         ).fetchall()
         return [_module(r) for r in rows]
@@ -257,6 +267,18 @@ class RunStore:
             data = _json(r[9], f"the data of event {r[0]}")
             out.append(Event(r[0], _opt_int(r[1], f"the step of event {r[0]}"), r[2], r[3], r[4], r[5], r[6], r[7], r[8] or "",
                              data if isinstance(data, dict) else {}))
+        return out
+
+    def observations(self, kind: str | None = None) -> list[Observation]:
+        sql = "SELECT step, kind, module, data FROM observations"
+        args: tuple[Any, ...] = ()
+        if kind is not None:
+            sql += " WHERE kind = ?"
+            args = (kind,)
+        out = []
+        for r in self.conn.execute(sql + " ORDER BY rowid", args):
+            data = _json(r[3], f"an observation of step {r[0]}")
+            out.append(Observation(int(_opt_int(r[0], "an observation's step") or 0), str(r[1]), r[2], data if isinstance(data, dict) else {}))
         return out
 
     def tensors(self, step: int | None = None) -> list[TensorInfo]:

@@ -23,6 +23,7 @@ class StepRow:
     clip_norm: float | None = None
     grad_norm_clipped: float | None = None
     amp_scale: float | None = None
+    clip_value: float | None = None
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,7 @@ class ModuleRow:
     owner: str | None
     attr: str | None
     model: str = ""
+    config: str | None = None  # JSON
 
 
 @dataclass(frozen=True)

@@ -23,13 +23,15 @@ CREATE TABLE IF NOT EXISTS run (
     device TEXT, rank INTEGER, world_size INTEGER, pid INTEGER, settings TEXT,
     model TEXT, optimizer TEXT, loss_source TEXT, loss_module TEXT,
     models TEXT,  -- JSON: [{"name", "part", "type", "module_offset", ...}] of every watched model, when there are several
-    run_group TEXT  -- the distributed run (torchrun) whose ranks' stores are siblings; NULL for one process
+    run_group TEXT,  -- the distributed run (torchrun) whose ranks' stores are siblings; NULL for one process
+    optimizers TEXT  -- JSON: [{"type", "groups": [{"lr", "initial_lr", "weight_decay", "eps", "betas", "momentum", ...}]}]
 );
 CREATE TABLE IF NOT EXISTS modules (
     id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE, type TEXT NOT NULL,
     type_module TEXT, parent TEXT, n_params INTEGER NOT NULL, own_params INTEGER NOT NULL,
     forward_order INTEGER, file TEXT, line INTEGER, owner TEXT, attr TEXT,
-    model TEXT  -- the short name of the watched model it belongs to ('' when the run has one model)
+    model TEXT,  -- the short name of the watched model it belongs to ('' when the run has one model)
+    config TEXT  -- JSON: settings of the module that decide its behaviour (a dropout's p, an activation's slope, ...)
 );
 CREATE TABLE IF NOT EXISTS params (
     id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE, module_id INTEGER NOT NULL,
@@ -44,7 +46,8 @@ CREATE TABLE IF NOT EXISTS steps (
     skipped INTEGER NOT NULL DEFAULT 0,  -- 1: the optimizer did not step (a GradScaler found inf/NaN gradients)
     clip_norm REAL,  -- the max_norm (or clip value) the step's gradients were clipped with
     grad_norm_clipped REAL,  -- the global gradient norm after clipping (grad_norm is before)
-    amp_scale REAL  -- the GradScaler's scale the backward ran with (loss and gradients are recorded unscaled)
+    amp_scale REAL,  -- the GradScaler's scale the backward ran with (loss and gradients are recorded unscaled)
+    clip_value REAL  -- the clip_value of clip_grad_value_ the step's gradients were clipped with
 );
 CREATE TABLE IF NOT EXISTS metrics (
     step INTEGER NOT NULL, kind TEXT NOT NULL, data BLOB NOT NULL,
@@ -67,6 +70,10 @@ CREATE TABLE IF NOT EXISTS tensors (
     dtype TEXT NOT NULL, shape TEXT NOT NULL, nbytes INTEGER NOT NULL, npy BLOB NOT NULL
 );
 CREATE INDEX IF NOT EXISTS tensors_step ON tensors(step);
+CREATE TABLE IF NOT EXISTS observations (  -- what a measured step's functions were given (loss inputs, attention, dropout)
+    step INTEGER NOT NULL, kind TEXT NOT NULL, module TEXT, data TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS observations_step ON observations(step);
 CREATE TABLE IF NOT EXISTS watches (
     id INTEGER PRIMARY KEY, condition TEXT NOT NULL, module TEXT, file TEXT, line INTEGER,
     enabled INTEGER NOT NULL DEFAULT 1, created REAL, origin TEXT

@@ -127,6 +127,9 @@ class StoreWriter:
             (step, time.time(), kind, name, module, condition, _plain(value), message, json.dumps(data or {}, default=str)),
         )
 
+    def put_observation(self, step: int, kind: str, module: str | None, data: dict[str, Any]) -> None:
+        self.execute("INSERT INTO observations (step, kind, module, data) VALUES (?,?,?,?)", (step, kind, module, json.dumps(data, default=str)))
+
     def put_tensor(self, step: int, module: str, role: str, array: np.ndarray) -> None:
         self.execute(
             "INSERT INTO tensors (step, module, role, dtype, shape, nbytes, npy) VALUES (?,?,?,?,?,?,?)",

@@ -1,0 +1,205 @@
+"""What a measured step's functions are given: the loss's inputs and targets, attention distributions, dropout rates.
+
+These are the evidence of faults that no gradient statistic shows: probabilities fed to a loss that applies
+softmax or sigmoid itself, targets of the wrong kind or shape for the loss, a summed loss, attention that
+collapses onto one key, a dropout rate that drops most units. PyTorch's loss functions, ``softmax``,
+``scaled_dot_product_attention`` and ``dropout`` are wrapped while a session runs; on a measured step
+(the same ones as the activation statistics) each call adds a few small reductions, on other steps the
+wrapper only checks a flag. The module running at the time names where a call happened.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+LOSSES = ("cross_entropy", "nll_loss", "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "binary_cross_entropy",
+          "binary_cross_entropy_with_logits", "kl_div", "poisson_nll_loss", "gaussian_nll_loss")
+MAX_DISTINCT = 32  # distinct target values counted, at most
+ATTENTION_SAMPLES = 4  # batch rows whose attention is measured on a measured step
+ATTENTION_BYTES = 2 * 2**20  # per attention map kept as a tensor
+
+
+_SOFTMAX = torch.softmax  # (gradsight's own: not the wrapper below)
+
+
+def _compiling() -> bool:
+    return torch.compiler.is_compiling()
+
+
+class Observer:
+    """Gathers a measured step's observations; the session writes them with the step."""
+
+    def __init__(self, current_module: Callable[[], int | None]) -> None:
+        self.armed = False
+        self.keep_maps = False  # keep attention maps as tensors too (the first measured step, a capture)
+        self.rows: list[tuple[str, int | None, dict[str, Any]]] = []  # (kind, module id, data)
+        self.maps: list[tuple[int | None, torch.Tensor]] = []  # (module id, probabilities [B, H, Q, K])
+        self._current = current_module
+        self._restore: list[Callable[[], None]] = []
+        self._seen: set[tuple[str, int | None]] = set()  # one observation of a kind per module and step
+        self.failed = False
+
+    # -- installation --------------------------------------------------------
+    def install(self) -> None:
+        for name in LOSSES:
+            original = getattr(F, name, None)
+            if original is not None:
+                self._patch(F, name, self._wrap_loss(name, original))
+        self._patch(F, "softmax", self._wrap_softmax(F.softmax))
+        self._patch(torch, "softmax", self._wrap_softmax(torch.softmax))
+        self._patch(torch.Tensor, "softmax", self._wrap_softmax(torch.Tensor.softmax))
+        self._patch(F, "scaled_dot_product_attention", self._wrap_sdpa(F.scaled_dot_product_attention))
+        self._patch(F, "dropout", self._wrap_dropout(F.dropout))
+
+    def remove(self) -> None:
+        for undo in reversed(self._restore):
+            undo()
+        self._restore.clear()
+
+    def _patch(self, owner: Any, name: str, wrapper: Callable[..., Any]) -> None:
+        original = getattr(owner, name)
+        setattr(owner, name, wrapper)
+        self._restore.append(functools.partial(setattr, owner, name, original))
+
+    def arm(self, keep_maps: bool) -> None:
+        self.armed, self.keep_maps = not self.failed, keep_maps
+        self._seen = set()
+
+    def take(self) -> tuple[list[tuple[str, int | None, dict[str, Any]]], list[tuple[int | None, torch.Tensor]]]:
+        rows, maps, self.rows, self.maps = self.rows, self.maps, [], []
+        self.armed = False
+        return rows, maps
+
+    def _once(self, kind: str, module: int | None) -> bool:
+        key = (kind, module)
+        if key in self._seen:
+            return False
+        self._seen.add(key)
+        return True
+
+    def _guarded(self, fn: Callable[[], None]) -> None:
+        try:
+            with torch.no_grad():
+                fn()
+        except Exception:  # an observation must never break the user's call: stop observing
+            self.failed, self.armed = True, False
+
+    # -- wrappers ------------------------------------------------------------
+    def _wrap_loss(self, name: str, original: Callable[..., Any]) -> Callable[..., Any]:
+        obs = self
+
+        @functools.wraps(original)
+        def loss(input: Any, target: Any, *args: Any, **kwargs: Any) -> Any:
+            if not _compiling() and obs.armed and isinstance(input, torch.Tensor) and isinstance(target, torch.Tensor):
+                module = obs._current()
+                if obs._once(f"loss:{name}", module):
+                    obs._guarded(lambda: obs.rows.append(("loss", module, loss_stats(name, input, target, kwargs))))
+            return original(input, target, *args, **kwargs)
+
+        return loss
+
+    def _wrap_softmax(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        obs = self
+
+        @functools.wraps(original)
+        def softmax(x: Any, *args: Any, **kwargs: Any) -> Any:
+            out = original(x, *args, **kwargs)
+            if not _compiling() and obs.armed and isinstance(out, torch.Tensor) and out.dim() >= 3 and out.is_floating_point():
+                dim = kwargs.get("dim", args[0] if args else None)
+                if dim in (-1, out.dim() - 1):
+                    module = obs._current()
+                    if obs._once("attention", module):
+                        obs._guarded(lambda: obs._attention(module, out.detach()))
+            return out
+
+        return softmax
+
+    def _wrap_sdpa(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        obs = self
+
+        @functools.wraps(original)
+        def sdpa(query: Any, key: Any, value: Any, attn_mask: Any = None, dropout_p: float = 0.0, is_causal: bool = False,
+                 scale: float | None = None, **kwargs: Any) -> Any:
+            if not _compiling() and obs.armed and isinstance(query, torch.Tensor) and query.dim() >= 3:
+                module = obs._current()
+                if obs._once("attention", module):
+                    obs._guarded(lambda: obs._attention(module, attention_probs(query, key, attn_mask, is_causal, scale)))
+            return original(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale, **kwargs)
+
+        return sdpa
+
+    def _wrap_dropout(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        obs = self
+
+        @functools.wraps(original)
+        def dropout(input: Any, p: float = 0.5, training: bool = True, inplace: bool = False) -> Any:
+            if not _compiling() and obs.armed:
+                module = obs._current()
+                if obs._once("dropout", module):
+                    obs.rows.append(("dropout", module, {"p": float(p), "training": bool(training)}))
+            return original(input, p, training, inplace)
+
+        return dropout
+
+    def _attention(self, module: int | None, probs: torch.Tensor) -> None:
+        """Entropy (over log K, 0 = one key, 1 = uniform) and largest weight of each head, over a few batch rows."""
+        p = probs[:ATTENTION_SAMPLES].float()
+        if p.dim() == 3:  # [B, Q, K]: one head
+            p = p.unsqueeze(1)
+        k = p.shape[-1]
+        if k < 2:
+            return
+        p = p.reshape(p.shape[0], -1, p.shape[-2], k)
+        ent = -(p * torch.log(p.clamp_min(1e-12))).sum(-1) / math.log(k)  # [B, H, Q]
+        heads = ent.mean(dim=(0, 2))
+        top = p.amax(-1).mean(dim=(0, 2))
+        self.rows.append(("attention", module, {"keys": int(k), "queries": int(p.shape[-2]), "heads": int(p.shape[1]),
+                                                "entropy": [round(float(v), 5) for v in heads.tolist()],
+                                                "maxprob": [round(float(v), 5) for v in top.tolist()]}))
+        if self.keep_maps and p.numel() * 4 <= ATTENTION_BYTES:
+            self.maps.append((module, p.detach().cpu()))
+
+
+def attention_probs(query: torch.Tensor, key: torch.Tensor, mask: Any, is_causal: bool, scale: float | None) -> torch.Tensor:
+    """The attention weights scaled_dot_product_attention would use, for the first few batch rows."""
+    q, k = query[:ATTENTION_SAMPLES].float(), key[:ATTENTION_SAMPLES].float()
+    if q.dim() == 3:
+        q, k = q.unsqueeze(1), k.unsqueeze(1)
+    if k.shape[1] != q.shape[1] and q.shape[1] % k.shape[1] == 0:  # grouped-query attention
+        k = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)
+    s = scale if scale is not None else 1.0 / math.sqrt(q.shape[-1])
+    scores = (q @ k.transpose(-2, -1)) * s
+    if is_causal:
+        n_q, n_k = scores.shape[-2], scores.shape[-1]
+        scores = scores.masked_fill(torch.ones(n_q, n_k, dtype=torch.bool, device=scores.device).triu(n_k - n_q + 1), float("-inf"))
+    if isinstance(mask, torch.Tensor):
+        keep = mask[:ATTENTION_SAMPLES] if mask.dim() >= 3 and mask.shape[0] > 1 else mask
+        scores = scores.masked_fill(~keep, float("-inf")) if keep.dtype == torch.bool else scores + keep.float()
+    return _SOFTMAX(scores, dim=-1).nan_to_num(0.0)
+
+
+def loss_stats(name: str, input: torch.Tensor, target: torch.Tensor, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """What a loss function was given: shapes, the range of its input and targets, and what they look like."""
+    x = input.detach()
+    t = target.detach()
+    xf = x.float()
+    out: dict[str, Any] = {"loss": name, "input_shape": list(x.shape), "target_shape": list(t.shape), "target_dtype": str(t.dtype).replace("torch.", ""),
+                           "reduction": kwargs.get("reduction", "mean"), "input_min": float(xf.min()) if x.numel() else None,
+                           "input_max": float(xf.max()) if x.numel() else None}
+    if x.dim() >= 2 and x.shape[-1] > 1 and x.numel():
+        out["input_rowsum_dev"] = float((xf.sum(-1) - 1).abs().max())  # 0 when its rows are probabilities
+        if name in ("cross_entropy", "nll_loss"):
+            out["input_rowsum_dev"] = float((xf.sum(1) - 1).abs().max()) if x.dim() >= 2 else out["input_rowsum_dev"]
+    if t.numel():
+        tf = t.float()
+        out["target_min"], out["target_max"] = float(tf.min()), float(tf.max())
+        out["target_integral"] = bool((tf == tf.round()).all())
+        distinct = torch.unique(t.flatten()[:4096])
+        out["target_distinct"] = int(min(len(distinct), MAX_DISTINCT + 1))
+    return out
