@@ -351,11 +351,11 @@ class Session:
             mod = layout.modules[i]
             loc = locs.get(name)
             own_numel = int(sum(layout.numel[j] for j in layout.own_params(i)))
-            self.writer.execute(
-                "INSERT OR REPLACE INTO modules VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+            self.writer.execute(  # site and label: where the module was created, as the editor re-finds it (sourcemap.py)
+                "INSERT OR REPLACE INTO modules VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (i, name, type(mod).__name__, type(mod).__module__, layout.parents[i], int(numel[i]), own_numel,
                  rank[i] if self._order_known else None, loc.file if loc else None, loc.line if loc else None,
-                 loc.owner if loc else None, loc.attr if loc else None),
+                 loc.owner if loc else None, loc.attr if loc else None, loc.site if loc else None, loc.label if loc else None),
             )
         in_opt = self._optimizer_param_ids()
         for j, pname in enumerate(layout.param_names):

@@ -30,6 +30,8 @@ class ModuleInfo:
     line: int | None
     owner: str | None
     attr: str | None
+    site: str | None = None  # the creating call (pysource.CallSite.key), in stores that record it
+    label: str | None = None  # a readable name (model[2]), in stores that record it
 
 
 @dataclass(frozen=True)
@@ -103,9 +105,11 @@ class RunStore:
         return out
 
     def modules(self) -> list[ModuleInfo]:
+        have = {r[1] for r in self.conn.execute("PRAGMA table_info(modules)")}
+        extra = "".join(f", {c}" if c in have else ", NULL" for c in ("site", "label"))  # stores written before these columns
         rows = self.conn.execute(
-            "SELECT id, name, type, type_module, parent, n_params, own_params, forward_order, file, line, owner, attr"
-            " FROM modules ORDER BY id"
+            "SELECT id, name, type, type_module, parent, n_params, own_params, forward_order, file, line, owner, attr" + extra
+            + " FROM modules ORDER BY id"
         ).fetchall()
         return [ModuleInfo(*r) for r in rows]
 

@@ -25,7 +25,9 @@ CREATE TABLE IF NOT EXISTS run (
 CREATE TABLE IF NOT EXISTS modules (
     id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE, type TEXT NOT NULL,
     type_module TEXT, parent TEXT, n_params INTEGER NOT NULL, own_params INTEGER NOT NULL,
-    forward_order INTEGER, file TEXT, line INTEGER, owner TEXT, attr TEXT
+    forward_order INTEGER, file TEXT, line INTEGER, owner TEXT, attr TEXT,
+    site TEXT,  -- the creating call, as scope|callee|index in file (pysource.CallSite.key)
+    label TEXT  -- a readable name: model[2], net.fc1
 );
 CREATE TABLE IF NOT EXISTS params (
     id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE, module_id INTEGER NOT NULL,
