@@ -72,6 +72,8 @@ export function toDebugpyLaunch(cfg: GradsightLaunch, interpreter: string[], wat
         cwd: cfg.cwd,
         justMyCode: cfg.justMyCode ?? true,
         console: (cfg.console as string | undefined) ?? 'internalConsole',
+        // gradsight's own frames (trace, cli, runpy's caller) are library code: never in the Call Stack, never stepped into
+        rules: [...((cfg.rules as unknown[] | undefined) ?? []), { module: 'gradsight', include: false }],
         program: undefined,
         env: { PYDEVD_DISABLE_FILE_VALIDATION: '1', ...(cfg.env ?? {}) },
     };

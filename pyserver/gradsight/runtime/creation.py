@@ -102,13 +102,19 @@ def _positions(code: CodeType) -> tuple[tuple[int | None, int | None, int | None
     return tuple(code.co_positions())
 
 
+@functools.lru_cache(maxsize=1024)
+def _absolute(file: str) -> str:
+    """A script run as ``python train.py`` has the relative name ``train.py``: stored absolute, it names one file anywhere."""
+    return file if file.startswith("<") else os.path.abspath(file)
+
+
 def _site(frame: FrameType) -> Site:
     code = frame.f_code
     try:
         line, end_line, col, end_col = next(itertools.islice(_positions(code), frame.f_lasti // 2, None))
     except (StopIteration, ValueError):
         line = end_line = col = end_col = None
-    return Site(code.co_filename, line or frame.f_lineno, col, end_line, end_col)
+    return Site(_absolute(code.co_filename), line or frame.f_lineno, col, end_line, end_col)
 
 
 def _own_init(frame: FrameType, module: nn.Module) -> bool:

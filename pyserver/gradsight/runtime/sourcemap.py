@@ -28,6 +28,7 @@ from __future__ import annotations
 import ast
 import inspect
 import linecache
+import os
 import sys
 import textwrap
 from dataclasses import dataclass
@@ -92,6 +93,7 @@ def _read_class_source(cls: type) -> _ClassSource | None:
         return None
     if not file:
         return None
+    file = os.path.abspath(file)
     try:
         tree = ast.parse(textwrap.dedent("".join(lines)))
     except SyntaxError:
@@ -271,16 +273,17 @@ def _static_root(root: nn.Module) -> _Static | None:
         return None
     for f in frames:
         scope = _scope_of(f)
+        file = os.path.abspath(f.f_code.co_filename)
         for space in (f.f_locals, f.f_globals):
             var = next((k for k, v in space.items() if v is root and not k.startswith("_")), None)
             if var is None:
                 continue
-            tree = _tree(f.f_code.co_filename)
+            tree = _tree(file)
             if tree is None:
                 return None
             found = static_model(tree, var, scope if space is f.f_locals else "")
             if found is not None:
-                return _Static(f.f_code.co_filename, var, found)
+                return _Static(file, var, found)
     return None
 
 

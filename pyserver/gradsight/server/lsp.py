@@ -11,7 +11,6 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
 from urllib.parse import unquote
 
 from lsprotocol import types as lsp
@@ -132,8 +131,13 @@ class GradsightServer(LanguageServer):
         for loc in located:
             if loc.module in view.layers and _is_layer(view, loc.module):
                 by_line.setdefault(loc.line, {}).setdefault(loc.group, []).append(loc.module)
-        result = [LineLayers(line, tuple(m for g in groups.values() for m in g), tuple(tuple(g) for g in groups.values()))
-                  for line, groups in sorted(by_line.items())]
+        result = []
+        for line, groups in sorted(by_line.items()):
+            # a container built on the line of its own children (nn.ModuleList([nn.Linear(...) for ...])) is not a layer there
+            on_line = [m for g in groups.values() for m in g]
+            kept = [tuple(m for m in g if m == render.ROOT or not any(o.startswith(m + ".") for o in on_line)) for g in groups.values()]
+            kept = [g for g in kept if g]
+            result.append(LineLayers(line, tuple(m for g in kept for m in g), tuple(kept)))
         if uri in self.workspace.text_documents:
             self.doc_cache[uri] = (key, result)
         return result
@@ -537,6 +541,41 @@ async def render_picture(ls: GradsightServer, *args: Any) -> dict[str, Any]:
     if view is None:
         raise commands.CommandError(f"no run to draw: none open and none in {ls.runs_folder()}")
     return await asyncio.get_running_loop().run_in_executor(None, commands.picture, view, a)
+
+
+async def _view_for(ls: GradsightServer, a: dict[str, Any]) -> RunView:
+    """The run a command asks for (``run``), else the one followed."""
+    view = ls.view
+    if a.get("run") and (view is None or os.path.abspath(a["run"]) != view.path):
+        view = await asyncio.get_running_loop().run_in_executor(
+            None, functools.partial(build_view, os.path.abspath(a["run"]), overrides=ls.options.thresholds))
+    if view is None:
+        raise commands.CommandError(f"no run to show: none open and none in {ls.runs_folder()}")
+    return view
+
+
+@server.command("gradsight.panelData")
+async def panel_data(ls: GradsightServer, *args: Any) -> dict[str, Any]:
+    a = _arg(args)
+    view = await _view_for(ls, a)
+    return await asyncio.get_running_loop().run_in_executor(None, commands.panel_data, view, a)
+
+
+@server.command("gradsight.sandbox")
+async def sandbox(ls: GradsightServer, *args: Any) -> dict[str, Any]:
+    a = _arg(args)
+    view = await _view_for(ls, a)
+    return await asyncio.get_running_loop().run_in_executor(None, commands.sandbox, view, a)
+
+
+@server.command("gradsight.writeReport")
+async def export_report(ls: GradsightServer, *args: Any) -> dict[str, Any]:
+    a = _arg(args)
+    path = a.get("path")
+    if not isinstance(path, str) or not path:
+        raise commands.CommandError("writeReport needs {'path': <file.pdf or file.html>}")
+    view = await _view_for(ls, a)
+    return await asyncio.get_running_loop().run_in_executor(None, commands.export_report, view, os.path.abspath(path))
 
 
 @server.command("gradsight.fixes")

@@ -18,11 +18,12 @@ class Residual(nn.Module):
         super().__init__()
         self.blocks = nn.ModuleList([nn.Linear(width, width) for _ in range(n)])
         self.gates = nn.ModuleDict({name: nn.Sigmoid() for name in ("a", "b")})
+        self.proj = nn.Sequential(nn.Linear(width, 4), nn.Tanh(), nn.Linear(4, width))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         for block in self.blocks:
             x = x + self.gates["a"](block(x))
-        return x
+        return x + self.proj(x)
 
 
 def make_model() -> nn.Module:
