@@ -133,6 +133,10 @@ async function step(page, name, shot, fn) {
 }
 
 async function palette(page, title) {
+    // keys typed while a webview has the focus stay in its iframe: give the focus back to the workbench first
+    if (await page.evaluate(() => document.activeElement?.tagName === 'IFRAME')) {
+        await page.locator('.tabs-container .tab.active').last().click();
+    }
     await page.keyboard.press('Control+Shift+P');
     const input = page.locator('.quick-input-widget input');
     await input.waitFor({ state: 'visible' });
@@ -247,6 +251,12 @@ async function scenario(page, port) {
         if (red) { throw new Error(`gradsight's summary line is shown as an error: ${await line.innerHTML()}`); }
     });
 
+    await step(page, 'room for the editor and the panel: side bar and bottom panel closed', null, async () => {
+        await palette(page, 'View: Close Panel');
+        await palette(page, 'View: Close Primary Side Bar');
+        await page.waitForTimeout(500);
+    });
+
     await step(page, 'health decorations on the layer lines', 'e2e-3-decorations.png', async () => {
         await goToLine(page, fc1Line);
         const icons = () => page.evaluate(() => [...document.querySelectorAll('.monaco-editor .margin *')]
@@ -285,7 +295,7 @@ async function scenario(page, port) {
     });
 
     await step(page, 'apply a fix from the light bulb', 'e2e-6-fix-applied.png', async () => {
-        await page.keyboard.press('Control+1'); // back to the editor group with train.py
+        await page.locator('.tabs-container .tab', { hasText: 'train.py' }).first().click(); // back to the editor with train.py
         await goToLine(page, fc1Line);
         await page.keyboard.press('Control+.');
         const item = page.locator('.action-widget .monaco-list-row', { hasText: 'Insert fix' }).first();
@@ -338,8 +348,12 @@ async function scenario(page, port) {
         const f = await frameWith(page, '#run', 30000, 'the panel');
         await waitFor(async () => (await f.locator('#run').textContent()).includes('attention.db'), 60000, 'the panel to follow the third run');
         await palette(page, 'gradsight: Show Attention Maps');
+        await palette(page, 'View: Toggle Maximize Editor Group'); // the sandbox views get the whole window
         await waitFor(async () => (await f.locator('#attn-map canvas').count()) > 0 && (await f.locator('#attn-entropy canvas').count()) > 0, 60000, 'the attention map and entropy');
         await waitFor(async () => /collapsed: head 1/.test(await f.locator('#attn-note').textContent()), 30000, 'the collapsed head named');
+        await f.selectOption('#attn-head', '1');
+        await waitFor(async () => /head 1,/.test(await f.locator('#attn-title').textContent()), 30000, 'head 1\'s map');
+        await page.waitForTimeout(500);
         const box = await f.locator('#attn-map canvas').boundingBox();
         await page.mouse.move(box.x + box.width * 0.5, box.y + box.height * 0.5);
         await waitFor(async () => /query .* key .* p /.test((await f.locator('#attn-map .tip').textContent()) ?? ''), 20000, 'a probability under the mouse');

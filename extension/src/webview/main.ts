@@ -64,12 +64,13 @@ function page(): void {
         b.addEventListener('click', () => show(v));
         tabs.append(b);
     }
-    const png = h('button', { id: 'export-png', text: 'Export PNG', title: 'Save this view as a PNG image' });
+    const png = h('button', { id: 'export-png', class: 'small', text: 'PNG', title: 'Export this view as a PNG image' });
     png.addEventListener('click', exportPng);
-    const pdf = h('button', { id: 'export-pdf', text: 'Export PDF report', title: 'The whole run as the PDF report (every figure and the diagnosis)' });
+    const pdf = h('button', { id: 'export-pdf', class: 'small', text: 'PDF report', title: 'Export the whole run as the PDF report (every figure and the diagnosis)' });
     pdf.addEventListener('click', () => vscode.postMessage({ type: 'exportPdf' }));
     document.body.append(
-        h('header', {}, h('div', { id: 'run', class: 'run', text: 'gradsight: waiting for a run...' }), tabs, h('span', { class: 'grow' }), png, pdf),
+        h('header', {}, h('div', { id: 'run', class: 'run', text: 'gradsight: waiting for a run...' }), tabs, h('span', { class: 'grow' }),
+            h('span', { class: 'hint', text: 'export' }), png, pdf),
         gradientsSection(), attentionSection(), histogramSection(), projectionSection(), samplesSection(),
     );
 }
@@ -144,7 +145,8 @@ function projectionSection(): HTMLElement {
             select('proj-tensor', 'tensor', (v) => sandbox('projection', { tensor: Number(v) })),
             select('proj-method', 'method', (v) => sandbox('projection', { method: v })),
             select('proj-color', 'colour by', (v) => sandbox('projection', { color: v })),
-            h('span', { id: 'proj-info', class: 'hint' })),
+            h('span', { id: 'proj-scale', class: 'colorbar' })),
+        h('p', { id: 'proj-info', class: 'hint' }),
         h('p', { id: 'msg-projection', class: 'msg' }),
         h('div', { id: 'proj', class: 'chart' }));
 }
@@ -701,6 +703,14 @@ function projection(p: ProjectionData, tensors: TensorEntry[], run: RunInfo): vo
     const [x0, x1] = bound(xs);
     const [y0, y1] = bound(ys);
     const [c0, c1] = [Math.min(...cs), Math.max(...cs)];
+    const shade = (v: number) => 0.2 + 0.8 * (c1 > c0 ? (v - c0) / (c1 - c0) : 0.5); // viridis' darkest fifth is lost on a dark theme
+    const bar = h('canvas', { width: '100', height: '10' });
+    const bctx = bar.getContext('2d');
+    for (let i = 0; bctx && i < 100; i++) {
+        bctx.fillStyle = color(0.2 + 0.8 * (i / 99), 'viridis');
+        bctx.fillRect(i, 0, 1, 10);
+    }
+    $('proj-scale').replaceChildren(`${p.color} ${fmt(c0)} `, bar, ` ${fmt(c1)}`);
     const width = $('proj').clientWidth || 500;
     plotAt('proj', {
         height: Math.round(Math.max(260, Math.min(600, width * 0.55))), grid: true,
@@ -709,7 +719,7 @@ function projection(p: ProjectionData, tensors: TensorEntry[], run: RunInfo): vo
         draw: (ctx, px, py) => {
             const r = 2.5 * (window.devicePixelRatio || 1);
             xs.forEach((x, i) => {
-                const [cr, cg, cb] = rgb(c1 > c0 ? (cs[i] - c0) / (c1 - c0) : 0.5, 'viridis');
+                const [cr, cg, cb] = rgb(shade(cs[i]), 'viridis');
                 ctx.fillStyle = `rgba(${cr},${cg},${cb},0.85)`;
                 ctx.beginPath();
                 ctx.arc(px(x), py(ys[i]), r, 0, 2 * Math.PI);

@@ -4,7 +4,8 @@
 import uPlot from 'uplot';
 import { fmt } from '../pure/scale';
 
-const fmtTick = (v: number): string => fmt(v);
+/** Tick text: short (1e+7, not 1.00e+7). */
+const fmtTick = (v: number): string => fmt(v).replace(/\.?0+e/, 'e');
 
 export interface AxisSpec {
     label?: string;
@@ -76,8 +77,13 @@ export class Plot {
             if (a.splits) {
                 out.splits = (_u: uPlot, _i: number, min: number, max: number) => (live(i).splits ?? a.splits!)(min, max);
             }
-            if (a.log) {  // a label per decade, minor grid lines between
-                out.filter = (_u: uPlot, splits: number[]) => splits.map((v) => (Math.abs(Math.log10(v) - Math.round(Math.log10(v))) < 1e-9 ? v : null));
+            if (a.log) {  // a label per decade (when the range spans two or more), minor grid lines between
+                const decade = (v: number) => Math.abs(Math.log10(v) - Math.round(Math.log10(v))) < 1e-9;
+                const oneTwoFive = (v: number) => [1, 2, 5].some((m) => Math.abs(v / 10 ** Math.floor(Math.log10(v) + 1e-9) - m) < 1e-6);
+                out.filter = (_u: uPlot, splits: number[]) => {
+                    const keep = splits.filter(decade).length >= 2 ? decade : oneTwoFive;
+                    return splits.map((v) => (keep(v) ? v : null));
+                };
             }
             return out;
         };
