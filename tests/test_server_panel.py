@@ -47,7 +47,6 @@ async def test_panel_data(client: LanguageClient, attention_ws: Path):
     assert g["range"] == [0, 29] and g["steps"] == list(range(30)) and not g["bucketed"]
     labels = [r["label"] for r in g["rows"]]
     assert labels[0] == "embed" and "attn.query" in labels and labels[-1] == "head"
-    head = labels.index("head")
     key = labels.index("attn.key")
     assert g["values"][key][15] > 100 * g["values"][key][10]  # the collapsed queries' keys: their gradient jumps at the anomaly
     assert g["flow"]["step"] == 15 and len(g["flow"]["values"]) == len(labels)
