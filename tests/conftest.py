@@ -44,11 +44,11 @@ def run_that_warned_of_overhead(store: Path, monkeypatch: pytest.MonkeyPatch) ->
     from torch import nn
 
     import gradsight
-    from gradsight.runtime import session
+    from gradsight.runtime import owntime
 
-    monkeypatch.setattr(session, "OVERHEAD_WINDOW", 20)
-    monkeypatch.setattr(session, "OVERHEAD_SHARE", 0.0)
-    monkeypatch.setattr(session, "OVERHEAD_MIN_MS", 0.0)
+    monkeypatch.setattr(owntime, "OVERHEAD_WINDOW", 20)
+    monkeypatch.setattr(owntime, "OVERHEAD_SHARE", 0.0)
+    monkeypatch.setattr(owntime, "OVERHEAD_MIN_MS", 0.0)
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 1))
     opt = torch.optim.SGD(model.parameters(), lr=1e-2)

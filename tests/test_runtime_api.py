@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 import gradsight
-from gradsight.runtime import gradstats, session
+from gradsight.runtime import gradstats, owntime, session
 from gradsight.store import RunStore
 
 
@@ -131,11 +131,18 @@ def test_user_exceptions_pass_through_unchanged(tmp_path: Path) -> None:
     assert torch.autograd.backward.__module__ == "torch.autograd"
 
 
-def test_one_session_at_a_time(tmp_path: Path) -> None:
+def test_a_second_watch_joins_the_running_session(tmp_path: Path) -> None:
+    """watch() while a session runs (what a traced script that watches itself does) joins it: one store,
+    the inner handle's close leaves the session running."""
     model = _mlp()
-    with gradsight.watch(model, store=tmp_path / "a.db"):
-        with pytest.raises(RuntimeError, match="already watching"):
-            gradsight.watch(model, store=tmp_path / "b.db")
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    with gradsight.watch(model, opt, store=tmp_path / "a.db") as outer:
+        with gradsight.watch(model, opt, store=tmp_path / "b.db") as inner:
+            assert inner.store == outer.store
+            _train(model, opt, 3)
+        _train(model, opt, 2)
+        assert outer.step == 5 and session.ACTIVE is not None
+    assert not (tmp_path / "b.db").exists() and session.ACTIVE is None
     with pytest.raises(TypeError, match="must be a torch.nn.Module"):
         gradsight.watch("model", store=tmp_path / "c.db")  # type: ignore[arg-type]
 
@@ -377,7 +384,7 @@ def test_gradsight_says_when_its_own_work_slows_training(tmp_path: Path, capfd: 
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     """Full detail on a 36-module net costs more than the step itself: one warning (stderr and an
     `overhead` event) with the measured share; the defaults on the same net stay quiet."""
-    monkeypatch.setattr(session, "OVERHEAD_WINDOW", 50)  # windows of 50 steps instead of 200: a shorter test
+    monkeypatch.setattr(owntime, "OVERHEAD_WINDOW", 50)  # windows of 50 steps instead of 200: a shorter test
     torch.manual_seed(0)
     layers: list[nn.Module] = []
     for _ in range(12):

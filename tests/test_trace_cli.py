@@ -141,7 +141,7 @@ def test_not_a_store_and_wrong_version(tmp_path: Path) -> None:
     with pytest.raises(StoreError, match="not a gradsight run store"):
         RunStore(other)
     old = old_schema_store(tmp_path / "old.db")
-    with pytest.raises(StoreError, match=r"store schema 'gradsight.store/0', but this gradsight reads 'gradsight.store/1'"):
+    with pytest.raises(StoreError, match=r"store schema 'gradsight.store/0', but this gradsight reads 'gradsight.store/2'"):
         RunStore(old)
     with pytest.raises(StoreError, match="no such file"):
         RunStore(tmp_path / "absent.db")

@@ -35,16 +35,17 @@ def test_trigger_fires_at_the_fault_step(tmp_path: Path, fault: str, at: int) ->
         assert fired.get(fault) == at, fired
         assert f"anomaly at step {at}: " in proc.stderr
         assert int(run.last_step() or 0) == 49
-        # the trigger step is captured in full: gradients and weights of the worst modules, activations, the input
+        # the trigger step is captured in full: gradients and weights of the worst modules and the inputs; the
+        # activations come from the next forward pass (the user's forward is never run again)
         roles = {(t.role, t.step) for t in run.tensors()}
-        assert ("gradient", at) in roles and ("weight", at) in roles and ("activation", at) in roles
+        assert ("gradient", at) in roles and ("weight", at) in roles and ("activation", at + 1) in roles
         assert ("input", at) in roles and ("input", at - 1) in roles
         # and the capture window after it has activation statistics every step
         steps = run.steps()
         window = steps["capture"][(steps["step"] > at) & (steps["step"] <= at + 5)]
         assert window.tolist() == [1.0] * 5
         sampled_steps, act_max = run.metric("act_max")
-        assert set(range(at, at + 6)) <= set(sampled_steps.tolist())
+        assert set(range(at + 1, at + 6)) <= set(sampled_steps.tolist())
 
 
 def test_healthy_run_fires_nothing(tmp_path: Path) -> None:
@@ -89,7 +90,8 @@ def test_store_holds_modules_metrics_and_lines(tmp_path: Path) -> None:
         steps = run.steps()
         assert steps["step"].tolist() == list(range(12))
         assert np.all(np.isfinite(steps["loss"])) and np.all(steps["lr"] == 1e-2)
-        assert steps["sampled"].tolist() == [1, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0]
+        # step 0 (gradients; its forward ran before the model was known), step 1 for its activations, then every 4th
+        assert steps["sampled"].tolist() == [1, 1, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0]
         assert steps["grads_zeroed"].tolist() == [1.0] * 12
         st, gn = run.metric("grad_norm")
         assert gn.shape == (12, 6)
@@ -97,10 +99,11 @@ def test_store_holds_modules_metrics_and_lines(tmp_path: Path) -> None:
         assert np.allclose(gn[:, 0], np.sqrt(np.nansum(gn[:, [1, 3, 5]] ** 2, axis=1)), rtol=1e-4)
         assert np.isnan(gn[:, 2]).all()  # ReLU has no parameters
         st, dead = run.metric("dead_frac")
-        # traced unchanged, the model is found at the first optimizer step, after its forward: step 0's is replayed
-        assert st.tolist() == [0, 4, 8] and np.all(dead[:, 2] < 0.3)
+        # traced unchanged, the model is found at the first optimizer step, after its forward (never run again):
+        # the next step's forward is measured instead
+        assert st.tolist() == [1, 4, 8] and np.all(dead[:, 2] < 0.3)
         st, ratio = run.metric("update_ratio")
-        assert st.tolist() == [0, 4, 8] and np.all((ratio[:, 1] > 1e-4) & (ratio[:, 1] < 0.5))
+        assert st.tolist() == [0, 1, 4, 8] and np.all((ratio[:, 1] > 1e-4) & (ratio[:, 1] < 0.5))
         params = run.params()
         assert {p["name"] for p in params} == {"fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias", "out.weight", "out.bias"}
         assert all(p["in_optimizer"] == 1 and p["got_grad"] == 1 and p["trainable"] == 1 for p in params)

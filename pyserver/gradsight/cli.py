@@ -8,18 +8,19 @@ import sys
 import time
 from pathlib import Path
 
-USAGE_TRACE = """gradsight trace SCRIPT [ARGS...] [--output run.db] [--trigger NAME[,NAME]] [--break EXPR]...
-                       [--every N] [--capture-window K] [--quiet]
+USAGE_TRACE = """gradsight trace SCRIPT [ARGS...] [--output run.db [--overwrite]] [--trigger NAME[,NAME]] [--break EXPR]...
+                       [--every N] [--capture-window K] [--capture-bytes B] [--quiet]
        gradsight trace -m MODULE [ARGS...] [options]
 
 gradsight's options may come before or after SCRIPT; everything after `--` goes to the script.
 Triggers: loss_spike, grad_explode, nan_inf, vanishing, dead_units (default: all), none, or a condition
 such as "layer('fc1').grad_norm > 50". --break EXPR pauses under a debugger, or ends the run
-(exit status 3, snapshot written) without one."""
+(exit status 3, snapshot written) without one. An existing run store at --output is kept and the
+run gets the next free name (run-1.db) unless --overwrite; any other existing file is refused."""
 
 _VALUE_OPTIONS = {"-o": "output", "--output": "output", "--trigger": "trigger", "--break": "break",
                   "--every": "every", "--capture-window": "capture_window", "--capture-bytes": "capture_bytes"}
-_FLAG_OPTIONS = {"--quiet": "quiet", "-q": "quiet"}
+_FLAG_OPTIONS = {"--quiet": "quiet", "-q": "quiet", "--overwrite": "overwrite"}
 
 
 class UsageError(Exception):
@@ -124,7 +125,8 @@ def cmd_trace(argv: list[str]) -> int:
         print(f"gradsight trace: {exc}", file=sys.stderr)
         return 2
     store = opts.get("output", [default_store(target)])[-1]
-    return run(target, script_args, module=module, store=store, settings=settings, quiet=bool(opts.get("quiet")))
+    return run(target, script_args, module=module, store=store, settings=settings, quiet=bool(opts.get("quiet")),
+               overwrite=bool(opts.get("overwrite")))
 
 
 def cmd_diagnose(args: argparse.Namespace) -> int:
@@ -133,11 +135,17 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
     from .analysis.data import load
     from .analysis.diagnose import analyse_run, build
     from .analysis.summary import text
-    from .store import StoreError
+    from .store import StoreError, check_replaceable
     from .thresholds import ThresholdError
     from .thresholds import load as load_thresholds
 
+    report = args.report
     try:
+        if report and not report.lower().endswith((".pdf", ".html", ".htm")):
+            print(f"gradsight diagnose: --report must end in .html or .pdf, got {report!r}", file=sys.stderr)
+            return 2
+        if report:
+            check_replaceable(report, "--report")
         thresholds = load_thresholds(os.getcwd())
         data = load(args.store)
         findings, cause = analyse_run(data, thresholds)
@@ -145,22 +153,27 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
     except (StoreError, ThresholdError) as exc:
         print(f"gradsight diagnose: {exc}", file=sys.stderr)
         return 2
-    if args.report:
+    except Exception as exc:  # a store that reads but holds values no run writes: say so, no traceback
+        print(f"gradsight diagnose: {args.store}: could not be analysed ({type(exc).__name__}: {exc}); "
+              "the store may be damaged or written by another tool", file=sys.stderr)
+        return 2
+    if report:
         from .viz.report import html_report, pdf_report
 
-        if args.report.lower().endswith(".pdf"):
-            pdf_report(data, diagnosis, args.report)
-        elif args.report.lower().endswith((".html", ".htm")):
-            Path(args.report).write_text(html_report(data, diagnosis), encoding="utf-8")
-        else:
-            print(f"gradsight diagnose: --report must end in .html or .pdf, got {args.report!r}", file=sys.stderr)
+        try:
+            if report.lower().endswith(".pdf"):
+                pdf_report(data, diagnosis, report)
+            else:
+                Path(report).write_text(html_report(data, diagnosis), encoding="utf-8")
+        except OSError as exc:
+            print(f"gradsight diagnose: cannot write {report} ({exc.strerror or exc})", file=sys.stderr)
             return 2
     if args.json:
         print(json.dumps(diagnosis, indent=2, default=str))
     else:
         print(text(diagnosis))
-        if args.report:
-            print(f"report: {args.report}")
+        if report:
+            print(f"report: {report}")
     return 0
 
 

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
+import sqlite3
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from ..store import Event, ModuleInfo, RunStore, StoreError
+from ..store import DamagedStore, Event, ModuleInfo, RunStore, StoreError
 
 # modules whose outputs are activations of a layer before them (no parameters of their own)
 ACTIVATIONS = {"ReLU", "ReLU6", "LeakyReLU", "ELU", "GELU", "SiLU", "Tanh", "Sigmoid", "Softmax", "LogSoftmax",
@@ -59,7 +61,17 @@ class RunData:
 
 
 def load(path: str) -> RunData:
-    """Read a store; raises StoreError with a clear message for files that are not (usable) stores."""
+    """Read a store; raises StoreError with a clear message for files that are not (usable) stores,
+    and :class:`~gradsight.store.DamagedStore` naming what is wrong for a store that cannot be read."""
+    try:
+        return _load(path)
+    except StoreError:
+        raise
+    except (sqlite3.Error, ValueError, TypeError, KeyError, IndexError, OverflowError, json.JSONDecodeError) as exc:
+        raise DamagedStore(f"{path}: a damaged gradsight run store ({exc})") from None
+
+
+def _load(path: str) -> RunData:
     with RunStore(path) as store:
         run = store.run()
         modules = store.modules()
@@ -70,6 +82,8 @@ def load(path: str) -> RunData:
             why = "it is still being written and has no step yet" if status == "running" else "it recorded no training step"
             raise StoreError(f"{path}: nothing to diagnose: {why}")
         width = len(modules)
+        if [m.id for m in modules] != list(range(width)):
+            raise ValueError("the modules table's ids are not 0..n-1")
         metrics = {kind: store.metric(kind, width=width) for kind in PER_MODULE if kind in set(store.metric_kinds())}
         inp_steps, inp = store.metric("input_stats", width=5)
         data = RunData(str(path), run, modules, store.params(), steps, metrics, store.events(), (inp_steps, inp))

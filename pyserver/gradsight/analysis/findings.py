@@ -193,10 +193,28 @@ class Detector:
         first_loss = int(self.steps[bad_loss[0]]) if len(bad_loss) else None
         starts = [s for s in (first_loss, first_act[0] if first_act else None, first_grad[0] if first_grad else None) if s is not None]
         diverged = self.diverged_before(min(starts)) if starts else ""
+        # where the runtime traced the first non-finite loss to, in that step's autograd graph
+        traced = [(int(e.step), str(e.data["origin"])) for e in self.d.events
+                  if e.kind == "trigger" and e.name == "nan_inf" and e.step is not None and e.data.get("origin")]
+        if traced:
+            starts.append(traced[0][0])
+            diverged = self.diverged_before(min(starts))
         if diverged and (first_inp is None or first_inp > min(starts)):
             # NaN at the end of a divergence is its consequence, not where the trouble started
             self.add("loss", "nan_inf", "error", f"the run diverged ({diverged}) until values overflowed at step {min(starts)}",
                      0.6, min(starts), direct=False)
+            return
+        if traced and traced[0][0] <= min(starts) and (first_inp is None or first_inp >= traced[0][0]):
+            st, where = traced[0]
+            if where == "input":
+                self.add("input", "nan_inf", "error", f"the input batch holds NaN/Inf values at step {st}", 1.0, st)
+            elif where == "loss" or where not in self.d.index:
+                self.add("loss", "nan_inf", "error", f"the loss is non-finite at step {st} while every module's output is finite "
+                         "(traced in that step's autograd graph)", 1.0, st)
+            else:
+                i = self.d.index[where]
+                self.add(where, "nan_inf", "error", f"first non-finite output at step {st} (type {self.types[i]}; traced in that "
+                         "step's autograd graph)", 1.0, st)
             return
         if first_inp is not None and (first_act is None or first_inp <= first_act[0]):
             self.add("input", "nan_inf", "error", f"the input batch holds NaN/Inf values at step {first_inp}", 1.0, first_inp)

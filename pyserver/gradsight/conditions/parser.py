@@ -42,6 +42,7 @@ METRICS = LAYER_METRICS | STEP_METRICS
 WINDOW_FUNCTIONS = frozenset({"mean", "max", "min"})
 MAX_WINDOW = 10_000
 MAX_LENGTH = 2_000
+MAX_DEPTH = 32  # operators nested deeper than this are refused (a chain of 990 unary minuses, say)
 
 
 class ConditionError(ValueError):
@@ -158,7 +159,13 @@ class _Parser:
             if isinstance(n.value, bool):
                 return Num(1.0 if n.value else 0.0)
             if isinstance(n.value, (int, float)):
-                return Num(float(n.value))
+                try:
+                    value = float(n.value)
+                except OverflowError:
+                    value = math.inf
+                if math.isinf(value):
+                    raise self.fail(n, "number beyond the float range (about 1.8e308); write inf for infinity")
+                return Num(value)
             raise self.fail(n, f"expected a number, got {n.value!r}")
         if isinstance(n, ast.Name):
             if n.id in METRICS:
@@ -250,6 +257,11 @@ class Condition:
         return frozenset(m.name for m in _walk_metrics(self.root))
 
     @property
+    def windows(self) -> tuple[int, ...]:
+        """The lengths of its window functions (``mean(loss, 10)`` -> 10): how much history it reads."""
+        return tuple(w.n for w in _walk_windows(self.root))
+
+    @property
     def layers(self) -> frozenset[str]:
         return frozenset(m.layer for m in _walk_metrics(self.root) if m.layer is not None)
 
@@ -286,6 +298,8 @@ def parse(text: str) -> Condition:
         raise ConditionError(f"condition longer than {MAX_LENGTH} characters", stripped[:60] + "...", 1)
     try:
         tree = ast.parse(stripped, mode="eval")
+    except (RecursionError, MemoryError):
+        raise ConditionError(f"the condition is nested too deeply (at most {MAX_DEPTH} levels)", stripped, 1) from None
     except SyntaxError as exc:
         msg = (exc.msg or "invalid syntax").replace("invalid syntax. ", "")
         if not exc.offset:  # the parser ran off the end
@@ -293,12 +307,27 @@ def parse(text: str) -> Condition:
         else:
             col = exc.offset
         raise ConditionError(f"syntax error: {msg}", stripped, col) from None
+    deep = _too_deep(tree.body)
+    if deep is not None:
+        raise ConditionError(f"the condition is nested too deeply (at most {MAX_DEPTH} levels)", stripped, getattr(deep, "col_offset", 0) + 1)
     parser = _Parser(stripped)
     root = parser.node(tree.body)
     globs = {m.layer for m in _walk_metrics(root) if m.layer is not None and _is_glob(m.layer)}
     if len(globs) > 1:
         raise ConditionError("at most one glob pattern may be used in layer() per condition", stripped, 1)
     return Condition(stripped, root)
+
+
+def _too_deep(tree: ast.AST) -> ast.AST | None:
+    """The first node nested deeper than MAX_DEPTH, without recursion (the tree itself may be deep)."""
+    stack: list[tuple[ast.AST, int]] = [(tree, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            return node
+        stack.extend((child, depth + 1) for child in ast.iter_child_nodes(node)
+                     if not isinstance(child, (ast.expr_context, ast.operator, ast.unaryop, ast.cmpop, ast.boolop)))
+    return None
 
 
 def _walk_metrics(node: Node) -> list[Metric]:
@@ -317,6 +346,20 @@ def _walk_metrics(node: Node) -> list[Metric]:
         return out
     if isinstance(node, BoolOp):
         return [m for v in node.values for m in _walk_metrics(v)]
+    return []
+
+
+def _walk_windows(node: Node) -> list[Window]:
+    if isinstance(node, Window):
+        return [node]
+    if isinstance(node, Unary):
+        return _walk_windows(node.operand)
+    if isinstance(node, Binary):
+        return _walk_windows(node.left) + _walk_windows(node.right)
+    if isinstance(node, Compare):
+        return [w for n in (node.left, *node.rights) for w in _walk_windows(n)]
+    if isinstance(node, BoolOp):
+        return [w for v in node.values for w in _walk_windows(v)]
     return []
 
 

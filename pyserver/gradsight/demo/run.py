@@ -12,6 +12,7 @@ import torch
 from ..analysis.data import RunData, load
 from ..analysis.diagnose import analyse_run, build
 from ..runtime.session import Session
+from ..store import OutputError, check_replaceable, prepare_output
 from ..thresholds import Thresholds
 from ..viz import pictures
 from ..viz.report import html_report, pdf_report
@@ -19,8 +20,16 @@ from . import model as demo_model
 
 
 def run_demo(out: Path) -> int:
-    out.mkdir(parents=True, exist_ok=True)
-    store = out / "snapshot.db"
+    try:
+        if out.exists() and not out.is_dir():
+            raise OutputError(f"{out}: is a file; --out must be a folder")
+        out.mkdir(parents=True, exist_ok=True)
+        for name in ("report.html", "report.pdf", "heatmap.png"):  # written again only when gradsight wrote them
+            check_replaceable(out / name)
+        store = Path(prepare_output(out / "snapshot.db", overwrite=True))
+    except (OutputError, OSError) as exc:
+        print(f"gradsight demo: {exc}", file=sys.stderr)
+        return 2
     started = time.perf_counter()
     torch.set_num_threads(min(2, torch.get_num_threads()))
     print(f"gradsight demo: training a {demo_model.LAYERS}-block transformer ({demo_model.STEPS} steps) "
@@ -32,7 +41,7 @@ def run_demo(out: Path) -> int:
                      weight_decay: float = demo_model.WEIGHT_DECAY) -> torch.optim.Optimizer:
         nonlocal session
         optimizer = original(model, lr, weight_decay)
-        session = Session(store, model=model, optimizer=optimizer, script="gradsight demo", argv=["gradsight", "demo"])
+        session = Session(store, model=model, optimizer=optimizer, script="gradsight demo", argv=["gradsight", "demo"], overwrite=True)
         return optimizer
 
     demo_model.make_optimizer = instrumented

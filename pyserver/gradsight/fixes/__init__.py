@@ -9,6 +9,7 @@ a diagnosis: those for the root cause first, then for other errors.
 from __future__ import annotations
 
 import ast
+import keyword
 import re
 import tomllib
 from dataclasses import dataclass
@@ -151,10 +152,20 @@ def script_names(source: str) -> ScriptNames:
     return names
 
 
+def is_identifier(name: str) -> bool:
+    """A Python name that may stand in generated code as it is (not a keyword)."""
+    return name.isidentifier() and not keyword.iskeyword(name) and name.isascii()
+
+
 def module_ref(model: str, module: str) -> str:
-    """``model.blocks[0].attn`` for the module ``blocks.0.attn``."""
+    """``model.blocks[0].attn`` for the module ``blocks.0.attn``. Names come from a store, which anyone can
+    write: a part that is not a plain identifier or index makes the whole reference a string literal
+    (``model.get_submodule('...')``), so no name ever reaches generated code as code."""
+    parts = module.split(".") if module else []
+    if not all(p.isdigit() and p.isascii() or is_identifier(p) for p in parts):
+        return f"{model}.get_submodule({module!r})"
     ref = model
-    for part in module.split(".") if module else []:
+    for part in parts:
         ref += f"[{part}]" if part.isdigit() else f".{part}"
     return ref
 
@@ -218,6 +229,7 @@ def render(fix: Fix, module: str, names: ScriptNames, src_lines: list[str], scri
            module_source: tuple[str | None, int | None] | None, lr: tuple[float | None, float | None],
            module_type: str | None = None) -> dict[str, Any]:
     attr = module.rpartition(".")[2] if module not in ("input", "loss", "optimizer") else ""
+    attr = attr if is_identifier(attr) else ""  # (a store's names reach code only as identifiers)
     size = SIZE_ATTR.get(module_type or "")
     # inside the class that creates the layer its size is self.<attr>.<size>; elsewhere it is unknown
     features = f"self.{attr}.{size}" if size and attr and not attr.isdigit() and fix.where == "layer_init" else ""
@@ -226,7 +238,7 @@ def render(fix: Fix, module: str, names: ScriptNames, src_lines: list[str], scri
         "module": module, "module_ref": module_ref(names.model, module if module not in ("input", "loss", "optimizer") else ""),
         "features": features or "d_model", "attr": attr or "layer",
         "lr": f"{lr[0]:.3g}" if lr[0] is not None else "?", "lr_before": f"{lr[1]:.3g}" if lr[1] is not None else "1e-3",
-        "script": script or "train.py",
+        "script": " ".join(str(script or "train.py").split()),  # (into comments: no line breaks)
     }
     snippet = _fill(fix.template, values)
     if "{features}" in fix.template and not features:  # the size is not known: a hint, not code that would fail

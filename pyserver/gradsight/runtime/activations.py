@@ -227,7 +227,7 @@ class ActivationRecorder:
                                 *self._recent[:RECENT_OUTPUTS - 1]]
             self._last_out = out
             if i in self.capture and calls == 0 and self.capture_budget > 0:
-                arr = _fit(out.detach().float().cpu().numpy(), self.capture_budget)
+                arr = fit(out.detach().float().cpu().numpy(), self.capture_budget)
                 self.capture_budget -= arr.nbytes
                 self.captured.append((i, arr))
         except Exception as exc:  # never break the user's forward
@@ -329,7 +329,7 @@ def aggregate(n_modules: int, meta: list[tuple[int, int, int, int]], flat: np.nd
     return dict(zip(FIELDS, table)), first_bad
 
 
-def _fit(arr: np.ndarray, budget: int) -> np.ndarray:
+def fit(arr: np.ndarray, budget: int) -> np.ndarray:
     """Keep the leading rows of ``arr`` that fit in ``budget`` bytes."""
     if arr.nbytes <= budget or arr.ndim == 0:
         return arr

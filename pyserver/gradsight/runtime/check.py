@@ -70,30 +70,32 @@ def _frame_loss(frame: FrameType) -> float | None:
 
 
 def check(condition: str, depth: int = 1) -> bool:
-    cached = _parsed.get(condition)
-    if cached is None:
-        try:
-            cached = parse(condition)
-        except ConditionError as exc:
-            cached = exc
-        _parsed[condition] = cached
-    if isinstance(cached, ConditionError):
-        _say_once(condition, f"bad condition {condition!r}\n{cached}")
-        return False
+    """True on the step where ``condition`` holds; never raises (a bad condition is said once, then False)."""
     try:
+        key = condition if isinstance(condition, str) else repr(condition)
+        cached = _parsed.get(key)
+        if cached is None:
+            try:
+                cached = parse(condition)
+            except ConditionError as exc:
+                cached = exc
+            _parsed[key] = cached
+        if isinstance(cached, ConditionError):
+            _say_once(key, f"bad condition {key!r}\n{cached}")
+            return False
         return _check(cached, sys._getframe(depth))
     except Exception as exc:  # never break the user's program from a breakpoint condition
-        _say_once(f"error:{condition}", f"could not evaluate {condition!r}: {exc!r}")
+        _say_once(f"error:{condition!r}", f"could not evaluate {condition!r}: {exc!r}")
         return False
 
 
 def _check(cond: Condition, frame: FrameType) -> bool:
     active = _session.ACTIVE
-    if active is not None and not active.closed and active.layout is not None and active.history is not None:
+    if active is not None and not active.closed and active.watched is not None:
         active.stay_in_step()
-        layout, past, step = active.layout, active.history, active.step
-        losses = [float(x) for x in active._losses]
-        loss = float(np.mean(losses)) if losses else _frame_loss(frame)
+        layout, past, step = active.watched.layout, active.watched.history, active.step
+        so_far = active.current_loss()
+        loss = so_far if so_far is not None else _frame_loss(frame)
     else:
         model = _find(frame, nn.Module)
         if model is None:

@@ -1,16 +1,25 @@
-"""Global attachment points in PyTorch: no change to the user's script is needed.
+"""Global attachment points in PyTorch: no change to the user's script is needed, nothing is put on a model.
 
-- optimizer step pre/post hooks (``torch.optim.optimizer.register_optimizer_step_*_hook``):
-  a step is one ``optimizer.step()`` of the primary optimizer;
-- ``torch.autograd.backward`` (which ``Tensor.backward`` calls): finds the loss;
-- ``Optimizer.zero_grad`` / ``Module.zero_grad``: tells whether gradients are zeroed;
-- global module forward (pre-)hooks, only until the root model is found.
+- ``Optimizer.__init__``: an optimizer exists, so backward calls are micro-batches of its steps;
+- optimizer step pre/post hooks (``torch.optim.optimizer.register_optimizer_step_*_hook``): a step is
+  one ``optimizer.step()``; a closure passed to it (LBFGS, Lightning) is wrapped so that the step is
+  read when the closure returns: gradients ready, weights not yet updated;
+- ``torch.autograd.backward`` (which ``Tensor.backward`` calls): the loss of each micro-batch;
+- ``Optimizer.zero_grad`` / ``Module.zero_grad``: whether gradients are zeroed;
+- ``clip_grad_norm_`` / ``clip_grad_value_`` / ``clip_grads_with_norm_``: gradients are read before they are clipped;
+- ``GradScaler.scale`` / ``GradScaler.step``: the unscaled loss, and steps the scaler skips;
+- global module forward hooks: the root model's candidates until it is chosen, then its inputs.
 
-Each callback is guarded by the session; the originals are restored on ``remove``.
+Each callback is guarded by the session; the originals are restored on ``remove``. Only global
+registries and class attributes are touched: a model or optimizer carries nothing of gradsight's,
+so it can still be deep-copied, pickled, saved and wrapped.
 """
 
 from __future__ import annotations
 
+import functools
+import types
+import weakref
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -21,7 +30,11 @@ from torch.utils.hooks import RemovableHandle
 
 
 class Listener(Protocol):
-    def on_optimizer_pre(self, optimizer: torch.optim.Optimizer) -> None: ...
+    def on_optimizer_created(self, optimizer: torch.optim.Optimizer) -> None: ...
+
+    def on_optimizer_pre(self, optimizer: torch.optim.Optimizer, has_closure: bool) -> bool: ...
+
+    def on_closure_end(self, optimizer: torch.optim.Optimizer, result: Any) -> None: ...
 
     def on_optimizer_post(self, optimizer: torch.optim.Optimizer) -> None: ...
 
@@ -31,6 +44,25 @@ class Listener(Protocol):
 
     def on_zero_grad(self) -> None: ...
 
+    def on_clip(self, parameters: list[torch.Tensor], how: str, limit: float | None) -> None: ...
+
+    def on_scaled(self, scaler: Any, loss: Any, scaled: Any) -> None: ...
+
+    def on_scaler_step(self, scaler: Any, optimizer: torch.optim.Optimizer, stepped: bool) -> None: ...
+
+
+_CLIP_FUNCTIONS = (("clip_grad_norm_", "norm"), ("clip_grad_value_", "value"), ("clip_grads_with_norm_", "norm"))
+
+
+def _limit(how: str, args: tuple[Any, ...], kwargs: dict[str, Any], name: str) -> float | None:
+    """The max_norm / clip_value of a clipping call (a number or a 0-d tensor), None when not plain."""
+    key = "max_norm" if how == "norm" else "clip_value"
+    value = kwargs.get(key, args[0] if args else None)
+    try:
+        return float(value) if value is not None else None
+    except (TypeError, ValueError, RuntimeError):
+        return None
+
 
 class GlobalHooks:
     def __init__(self, listener: Listener) -> None:
@@ -39,12 +71,63 @@ class GlobalHooks:
         self._restore: list[Callable[[], None]] = []
 
     def install(self) -> None:
-        lst = self.listener
         optim = optim_hooks
-        self._handles.append(optim.register_optimizer_step_pre_hook(lambda opt, a, k: lst.on_optimizer_pre(opt)))
-        self._handles.append(optim.register_optimizer_step_post_hook(lambda opt, a, k: lst.on_optimizer_post(opt)))
+        self._handles.append(optim.register_optimizer_step_pre_hook(self._step_pre))
+        self._handles.append(optim.register_optimizer_step_post_hook(self._step_post))
+        self._wrap_init()
+        self._wrap_backward()
+        for cls in (torch.optim.Optimizer, nn.Module):
+            self._wrap_zero_grad(cls)
+        self._wrap_clipping()
+        self._wrap_scaler()
 
+    def _step_pre(self, opt: torch.optim.Optimizer, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, Any] | None:
+        """Before ``opt.step(...)``; a closure is wrapped so the step is read when it first returns.
+        (``args`` starts with the optimizer itself.)"""
+        if len(args) > 1 and callable(args[1]):
+            closure, where = args[1], "args"
+        elif callable(kwargs.get("closure")):
+            closure, where = kwargs["closure"], "kwargs"
+        else:
+            self.listener.on_optimizer_pre(opt, False)
+            return None
+        if not self.listener.on_optimizer_pre(opt, True):
+            return None
+        lst = self.listener
+
+        @functools.wraps(closure)
+        def wrapped(*c_args: Any, **c_kwargs: Any) -> Any:
+            result = closure(*c_args, **c_kwargs)
+            lst.on_closure_end(opt, result)
+            return result
+
+        if where == "args":
+            return (args[0], wrapped, *args[2:]), kwargs
+        return args, {**kwargs, "closure": wrapped}
+
+    def _step_post(self, opt: torch.optim.Optimizer, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        try:
+            _STEPS[opt] = _STEPS.get(opt, 0) + 1
+        except TypeError:  # not weak-referenceable
+            pass
+        self.listener.on_optimizer_post(opt)
+
+    def _wrap_init(self) -> None:
+        cls = torch.optim.Optimizer
+        original = cls.__dict__["__init__"]
+        lst = self.listener
+
+        def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+            original(self, *args, **kwargs)
+            lst.on_optimizer_created(self)
+
+        functools.update_wrapper(__init__, original)
+        setattr(cls, "__init__", __init__)  # noqa: B010
+        self._restore.append(lambda: setattr(cls, "__init__", original))
+
+    def _wrap_backward(self) -> None:
         original_backward = torch.autograd.backward
+        lst = self.listener
 
         def backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
             lst.on_backward_begin(tensors)
@@ -52,12 +135,9 @@ class GlobalHooks:
             lst.on_backward_end()
             return result
 
-        backward.__wrapped__ = original_backward  # type: ignore[attr-defined,unused-ignore]
+        functools.update_wrapper(backward, original_backward)
         setattr(torch.autograd, "backward", backward)  # noqa: B010
         self._restore.append(lambda: setattr(torch.autograd, "backward", original_backward))
-
-        for cls in (torch.optim.Optimizer, nn.Module):
-            self._wrap_zero_grad(cls)
 
     def _wrap_zero_grad(self, cls: type) -> None:
         original = cls.__dict__["zero_grad"]
@@ -67,9 +147,69 @@ class GlobalHooks:
             lst.on_zero_grad()
             return original(self, *args, **kwargs)
 
-        zero_grad.__wrapped__ = original  # type: ignore[attr-defined,unused-ignore]
+        functools.update_wrapper(zero_grad, original)
         setattr(cls, "zero_grad", zero_grad)  # noqa: B010
         self._restore.append(lambda: setattr(cls, "zero_grad", original))
+
+    def _wrap_clipping(self) -> None:
+        """The clipping functions, where users and frameworks look them up (``torch.nn.utils.X`` and
+        ``torch.nn.utils.clip_grad.X``): the listener reads the gradients before they change."""
+        import torch.nn.utils as utils
+        import torch.nn.utils.clip_grad as clip_module
+
+        lst = self.listener
+        for name, how in _CLIP_FUNCTIONS:
+            original = getattr(clip_module, name, None)
+            if original is None:
+                continue
+
+            def make(original: Callable[..., Any], how: str, name: str) -> Callable[..., Any]:
+                def clip(parameters: Any, *args: Any, **kwargs: Any) -> Any:
+                    if isinstance(parameters, torch.Tensor):
+                        params = [parameters]
+                        passed: Any = parameters
+                    else:
+                        # a generator is read once, here: the original gets the same items, as a generator again
+                        params = list(parameters)
+                        passed = (p for p in params) if isinstance(parameters, types.GeneratorType) else params
+                    lst.on_clip(params, how, _limit(how, args, kwargs, name))
+                    return original(passed, *args, **kwargs)
+
+                functools.update_wrapper(clip, original)
+                return clip
+
+            wrapper = make(original, how, name)
+            for owner in (clip_module, utils):
+                if getattr(owner, name, None) is original:
+                    setattr(owner, name, wrapper)
+                    self._restore.append(functools.partial(setattr, owner, name, original))
+
+    def _wrap_scaler(self) -> None:
+        try:
+            from torch.amp.grad_scaler import GradScaler
+        except ImportError:  # pragma: no cover - every supported torch has it
+            return
+        lst = self.listener
+        scale_original = GradScaler.__dict__["scale"]
+        step_original = GradScaler.__dict__["step"]
+
+        def scale(self: Any, outputs: Any) -> Any:
+            scaled = scale_original(self, outputs)
+            lst.on_scaled(self, outputs, scaled)
+            return scaled
+
+        def step(self: Any, optimizer: torch.optim.Optimizer, *args: Any, **kwargs: Any) -> Any:
+            before = _step_count(optimizer)
+            result = step_original(self, optimizer, *args, **kwargs)
+            lst.on_scaler_step(self, optimizer, _step_count(optimizer) != before)
+            return result
+
+        functools.update_wrapper(scale, scale_original)
+        functools.update_wrapper(step, step_original)
+        setattr(GradScaler, "scale", scale)  # noqa: B010
+        setattr(GradScaler, "step", step)  # noqa: B010
+        self._restore.append(lambda: setattr(GradScaler, "scale", scale_original))
+        self._restore.append(lambda: setattr(GradScaler, "step", step_original))
 
     def remove(self) -> None:
         for h in self._handles:
@@ -80,39 +220,70 @@ class GlobalHooks:
         self._restore.clear()
 
 
-class RootFinder:
-    """Watches top-level module calls (depth 0) until the root model is chosen."""
+# optimizer -> steps taken (the post hook counts them): tells a step GradScaler skipped from one it took
+_STEPS: weakref.WeakKeyDictionary[torch.optim.Optimizer, int] = weakref.WeakKeyDictionary()
 
-    def __init__(self) -> None:
+
+def _step_count(optimizer: torch.optim.Optimizer) -> int:
+    try:
+        return _STEPS.get(optimizer, 0)
+    except TypeError:  # not weak-referenceable
+        return 0
+
+
+class ForwardWatch:
+    """PyTorch's global module forward hooks: top-level calls (depth 0) until the root model is chosen,
+    then the root's own calls (its inputs, keyword arguments too), whatever wraps it."""
+
+    def __init__(self, on_root_call: Callable[[tuple[Any, ...], dict[str, Any]], None],
+                 on_output: Callable[[nn.Module, Any], None] | None = None) -> None:
         self.candidates: dict[int, nn.Module] = {}
-        self.last_call: dict[int, Any] = {}  # the positional arguments of each candidate's last top-level call
+        self.last_call: dict[int, tuple[tuple[Any, ...], dict[str, Any]]] = {}  # each candidate's last top-level call
         self.order: list[int] = []  # id(module) in first-call pre-order
         self._seen: set[int] = set()
         self._depth = 0
         self._handles: list[RemovableHandle] = []
+        self._root: nn.Module | None = None
+        self._on_root_call = on_root_call
+        self._on_output = on_output  # every module call's output
 
     def install(self) -> None:
         reg = torch.nn.modules.module
         self._handles.append(reg.register_module_forward_pre_hook(self._pre))
-        self._handles.append(reg.register_module_forward_hook(self._post, always_call=True))
+        self._handles.append(reg.register_module_forward_hook(self._post, with_kwargs=True, always_call=True))
 
     def remove(self) -> None:
         for h in self._handles:
             h.remove()
         self._handles.clear()
 
+    def follow(self, root: nn.Module) -> None:
+        """The root is chosen: from now on only its calls matter (one identity test a module call)."""
+        self._root = root
+        self.remove()
+        self.candidates, self.last_call, self._seen = {}, {}, set()
+        self._handles.append(torch.nn.modules.module.register_module_forward_hook(self._root_post, with_kwargs=True))
+
+    def _root_post(self, module: nn.Module, args: Any, kwargs: Any, output: Any) -> None:
+        if self._on_output is not None:
+            self._on_output(module, output)
+        if module is self._root:
+            self._on_root_call(args, kwargs)
+
     def _pre(self, module: nn.Module, args: Any) -> None:
-        if self._depth == 0:
-            self.candidates[id(module)] = module
-            self.last_call[id(module)] = args  # the global hook sees no keyword arguments
         self._depth += 1
         key = id(module)
         if key not in self._seen:
             self._seen.add(key)
             self.order.append(key)
 
-    def _post(self, module: nn.Module, args: Any, output: Any) -> None:
+    def _post(self, module: nn.Module, args: Any, kwargs: Any, output: Any) -> None:
         self._depth = max(0, self._depth - 1)
+        if self._on_output is not None:
+            self._on_output(module, output)
+        if self._depth == 0:
+            self.candidates[id(module)] = module
+            self.last_call[id(module)] = (args, kwargs)
 
     def choose(self, wanted: set[int]) -> nn.Module | None:
         """The top-level module owning most of ``wanted`` parameter ids (or the largest one)."""

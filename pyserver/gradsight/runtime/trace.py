@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import atexit
 import os
 import runpy
 import signal
 import sys
 import time
 import traceback
-from types import TracebackType
+from types import FrameType, TracebackType
 from typing import Any
 
+from ..store import OutputError
 from . import creation
 from .session import GradsightStop, Session, Settings
 
@@ -68,14 +70,45 @@ def _user_traceback(tb: TracebackType | None, script: str | None) -> TracebackTy
     return tb
 
 
-def run(target: str, args: list[str], *, module: bool, store: str, settings: Settings, quiet: bool = False) -> int:
-    """Run ``target`` instrumented; returns the exit status ``python target`` would have had."""
+class _Exit:
+    """How the process ends when the script did not end normally: as it would have without gradsight."""
+
+    interrupted = False  # an uncaught KeyboardInterrupt: Python dies by SIGINT after finalizing
+
+    @classmethod
+    def at_exit(cls) -> None:
+        if cls.interrupted:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGINT)
+
+
+def run(target: str, args: list[str], *, module: bool, store: str, settings: Settings, quiet: bool = False,
+        overwrite: bool = False) -> int:
+    """Run ``target`` instrumented; returns the exit status ``python target`` would have had (an uncaught
+    KeyboardInterrupt and SIGTERM end the process by the signal, as Python itself does, after the store is closed)."""
     if not module and not os.path.isfile(target):
         print(f"gradsight trace: no such script: {target}", file=sys.stderr)
         return 2
     progress = Progress(quiet=quiet)
     argv0 = os.path.abspath(target) if not module else target
-    session = Session(store, settings=settings, script=argv0, argv=[target, *args], progress=progress)
+    try:
+        session = Session(store, settings=settings, script=argv0, argv=[target, *args], progress=progress, overwrite=overwrite)
+    except OutputError as exc:
+        print(f"gradsight trace: {exc}", file=sys.stderr)
+        return 2
+    atexit.register(_Exit.at_exit)  # before the script's own: it runs after them, as Python's own exit by SIGINT does
+
+    def terminate(signum: int, frame: FrameType | None) -> None:
+        """SIGTERM with its default action: close the store, then die by the signal as the script would have."""
+        try:
+            progress.finish()
+            session.close("terminated")
+        finally:
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+
     old_argv, old_path0 = sys.argv[:], sys.path[0] if sys.path else None
     sys.argv = [target, *args]
     script_dir = os.path.dirname(os.path.abspath(target)) if not module else os.getcwd()
@@ -85,7 +118,7 @@ def run(target: str, args: list[str], *, module: bool, store: str, settings: Set
         sys.path.insert(0, script_dir)
     previous_term = signal.getsignal(signal.SIGTERM)
     if previous_term in (signal.SIG_DFL, None):
-        signal.signal(signal.SIGTERM, _terminate)
+        signal.signal(signal.SIGTERM, terminate)
     status = 0
     outcome = "finished"
     creation.install()  # the source map: note where each module the script builds is created (see creation.py)
@@ -101,9 +134,11 @@ def run(target: str, args: list[str], *, module: bool, store: str, settings: Set
         progress.finish()
         print(str(exc), file=sys.stderr)
         status, outcome = STOPPED_AT_BREAK, "stopped"
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         progress.finish()
-        print("KeyboardInterrupt", file=sys.stderr)
+        session.close("interrupted")
+        traceback.print_exception(type(exc), exc, _user_traceback(exc.__traceback__, target))
+        _Exit.interrupted = True
         status, outcome = 130, "interrupted"
     except BaseException as exc:
         progress.finish()
@@ -115,16 +150,12 @@ def run(target: str, args: list[str], *, module: bool, store: str, settings: Set
         sys.argv = old_argv
         if old_path0 is not None and sys.path:
             sys.path[0] = old_path0
-        if previous_term in (signal.SIG_DFL, None):
+        if previous_term in (signal.SIG_DFL, None) and signal.getsignal(signal.SIGTERM) is terminate:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
         session.close(outcome)
-    if not quiet:
+    if not quiet and not _Exit.interrupted:
         _summary(session)
     return status
-
-
-def _terminate(signum: int, frame: Any) -> None:
-    raise SystemExit(128 + signum)
 
 
 def _exit_status(code: Any) -> int:

@@ -20,6 +20,7 @@ from ..conditions import Condition, parse
 from ..thresholds import Thresholds
 
 BUILTIN = ("loss_spike", "grad_explode", "nan_inf", "vanishing", "dead_units")
+LAYER_TRIGGERS = ("grad_explode", "nan_inf", "vanishing", "dead_units")  # those a quiet step (QuickCheck) cannot fire
 
 
 @dataclass
@@ -233,7 +234,8 @@ def nan_inf(t: Thresholds, layers: np.ndarray) -> Check:
         loss = cur.scalars.get("loss")
         act_nan = cur.modules.get("act_nan")
         bad_loss = cur.scalars.get("loss_nonfinite") == 1.0
-        bad_grad = cur.scalars.get("grad_nonfinite") == 1.0
+        # a step the GradScaler skipped had inf/NaN gradients by design: the scaler handles them
+        bad_grad = cur.scalars.get("grad_nonfinite") == 1.0 and not cur.scalars.get("skipped")
         bad_act = act_nan is not None and bool(np.nan_to_num(act_nan, nan=0.0).any())
         if not (bad_loss or bad_grad or bad_act):
             return None

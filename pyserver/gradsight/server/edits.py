@@ -45,7 +45,8 @@ def insertion(fix: dict[str, Any], lines: list[str] | None = None) -> Insertion 
         snippet = "\n".join(pad + ln if ln else ln for ln in snippet.splitlines())
     first = snippet.splitlines()[0] if snippet else ""
     indent = first[: len(first) - len(first.lstrip())]
-    steps = [v for v in fix.get("validation", []) if v]
-    comment = f"{indent}# gradsight fix '{fix['id']}'" + (": validate: " + "; ".join(steps) if steps else "")
+    steps = [" ".join(str(v).split()) for v in fix.get("validation", []) if v]  # (one comment line: no line breaks)
+    fix_id = " ".join(str(fix["id"]).split())
+    comment = f"{indent}# gradsight fix '{fix_id}'" + (": validate: " + "; ".join(steps) if steps else "")
     return Insertion(fix["id"], fix["title"], str(where["file"]), line, f"{comment}\n{snippet}\n",
                      tuple(steps))

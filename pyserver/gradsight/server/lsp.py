@@ -21,9 +21,10 @@ from pygls.workspace import TextDocument
 from .. import __version__
 from ..analysis.data import ACTIVATIONS
 from ..store import RunStore, StoreError, add_watch
+from ..store.reader import quick_state, signature
 from . import commands, edits, render
 from .render import LineLayers
-from .runs import DEFAULT_RUNS_FOLDER, RunView, build_view, quick_state, runs_in, signature
+from .runs import DEFAULT_RUNS_FOLDER, RunView, build_view, runs_in
 from .sourcemap import resolve, same_file
 
 log = logging.getLogger("gradsight.server")

@@ -50,37 +50,6 @@ def runs_in(folder: str) -> list[RunEntry]:
     return sorted(out, key=lambda r: (r.started or r.mtime, r.mtime), reverse=True)
 
 
-def signature(path: str) -> tuple[Any, ...] | None:
-    """Changes whenever the store gains a step, metrics, an event, a captured tensor or a status; None if unreadable."""
-    try:
-        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=1.0)
-        try:
-            # only indexed maxima: no scan, whatever the run's length
-            row = conn.execute("SELECT (SELECT MAX(step) FROM steps), (SELECT MAX(step) FROM metrics), (SELECT MAX(id) FROM events),"
-                               " (SELECT MAX(id) FROM tensors), (SELECT status FROM run WHERE id = 1)").fetchone()
-        finally:
-            conn.close()
-        return tuple(row)
-    except sqlite3.Error:
-        return None
-
-
-def quick_state(path: str) -> dict[str, Any] | None:
-    """The run's latest step, loss, status and anomaly count: a few indexed reads, for the steps between analyses."""
-    try:
-        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=1.0)
-        try:
-            row = conn.execute("SELECT step, loss FROM steps ORDER BY step DESC LIMIT 1").fetchone()
-            status = conn.execute("SELECT status FROM run WHERE id = 1").fetchone()
-            anomalies = conn.execute("SELECT COUNT(*) FROM events WHERE kind IN ('trigger', 'breakpoint')").fetchone()
-        finally:
-            conn.close()
-    except sqlite3.Error:
-        return None
-    loss = row[1] if row and isinstance(row[1], float) and np.isfinite(row[1]) else None
-    return {"step": row[0] if row else None, "loss": loss, "status": status[0] if status else None, "anomalies": anomalies[0]}
-
-
 @dataclass
 class RunView:
     """One store, analysed: what hovers, diagnostics and notifications read (built off the event loop)."""
@@ -151,8 +120,12 @@ def build_view(path: str, thresholds: th.Thresholds | None = None, overrides: di
             t = th.from_mapping(overrides, "the gradsight.thresholds setting", base=t)
         except th.ThresholdError as exc:
             return RunView(path, None, None, error=str(exc), built=time.time())
-    findings, cause = analyse_run(data, t)
-    diagnosis = build(data, findings, cause)
+    try:
+        findings, cause = analyse_run(data, t)
+        diagnosis = build(data, findings, cause)
+    except Exception as exc:  # a store that reads but holds values no run writes: one message, the server goes on
+        return RunView(path, None, None, error=f"{path}: could not be analysed ({type(exc).__name__}: {exc}); the store may be damaged",
+                       built=time.time())
     view = RunView(path, data, diagnosis, findings, cause, built=time.time())
     view.layers = {layer["module"]: layer for layer in diagnosis["layers"]}
     try:

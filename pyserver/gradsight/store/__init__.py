@@ -1,10 +1,22 @@
 """The run store: schema, background writer and reader (sqlite3 and numpy only)."""
 
-from .reader import Event, ModuleInfo, RunStore, TensorInfo, add_watch
-from .schema import EVENT_BREAKPOINT, EVENT_TRIGGER, EVENT_WARNING, SCHEMA_NAME, SCHEMA_VERSION, StoreError
+from .paths import OutputError, check_replaceable, is_store, prepare_output, ro_uri
+from .reader import DamagedStore, Event, ModuleInfo, RunStore, TensorInfo, add_watch
+from .rows import ModuleRow, ParamRow, StepRow
+from .schema import EVENT_BREAKPOINT, EVENT_SKIPPED, EVENT_TRIGGER, EVENT_WARNING, SCHEMA_NAME, SCHEMA_VERSION, StoreError
 from .writer import StoreWriter
 
 __all__ = [
+    "EVENT_SKIPPED",
+    "DamagedStore",
+    "ModuleRow",
+    "OutputError",
+    "ParamRow",
+    "StepRow",
+    "check_replaceable",
+    "is_store",
+    "prepare_output",
+    "ro_uri",
     "EVENT_BREAKPOINT",
     "EVENT_TRIGGER",
     "EVENT_WARNING",

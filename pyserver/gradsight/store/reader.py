@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from .paths import SQLITE_HEADER, ro_uri
 from .schema import StoreError, check_version
 
 
@@ -30,6 +31,7 @@ class ModuleInfo:
     line: int | None
     owner: str | None
     attr: str | None
+    model: str = ""
     site: str | None = None  # the creating call (pysource.CallSite.key), in stores that record it
     label: str | None = None  # a readable name (model[2]), in stores that record it
 
@@ -59,8 +61,51 @@ class TensorInfo:
     nbytes: int
 
 
+class DamagedStore(StoreError):
+    """A gradsight store whose rows cannot be read as written (a dropped table, a garbage blob, a bad value)."""
+
+
 def decode_array(blob: bytes) -> np.ndarray:
+    if not isinstance(blob, bytes) or len(blob) % 4:
+        raise ValueError(f"a metric blob of {len(blob) if isinstance(blob, bytes) else type(blob).__name__} bytes is not float32 values")
     return np.frombuffer(blob, dtype="<f4")
+
+
+def _opt_int(v: Any, what: str) -> int | None:
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or (isinstance(v, float) and not v.is_integer()):
+        raise ValueError(f"{what} is {v!r}, not a whole number")
+    return int(v)
+
+
+def _opt_str(v: Any, what: str) -> str | None:
+    if v is None or isinstance(v, str):
+        return v
+    raise ValueError(f"{what} is {v!r}, not text")
+
+
+def _module(r: tuple[Any, ...]) -> ModuleInfo:
+    name = _opt_str(r[1], "a module name")
+    typ = _opt_str(r[2], f"the type of module {r[1]!r}")
+    if name is None or typ is None:
+        raise ValueError(f"module {r[0]!r} has no name or type")
+    where = f"module {name!r}"
+    return ModuleInfo(int(_opt_int(r[0], f"the id of {where}") or 0), name, typ, _opt_str(r[3], f"the type module of {where}"),
+                      _opt_str(r[4], f"the parent of {where}"), int(_opt_int(r[5], f"the parameter count of {where}") or 0),
+                      int(_opt_int(r[6], f"the own parameter count of {where}") or 0), _opt_int(r[7], f"the forward order of {where}"),
+                      _opt_str(r[8], f"the file of {where}"), _opt_int(r[9], f"the line of {where}"), _opt_str(r[10], f"the owner of {where}"),
+                      _opt_str(r[11], f"the attribute of {where}"), _opt_str(r[12], f"the model of {where}") or "",
+                      _opt_str(r[13], f"the creating call of {where}") if len(r) > 13 else None,
+                      _opt_str(r[14], f"the label of {where}") if len(r) > 14 else None)
+
+
+def _json(text: Any, what: str) -> Any:
+    if text is None or text == "":
+        return {}
+    if not isinstance(text, str):
+        raise ValueError(f"{what} is {type(text).__name__}, not JSON text")
+    return json.loads(text)
 
 
 class RunStore:
@@ -72,13 +117,23 @@ class RunStore:
             raise StoreError(f"{self.path}: no such file")
         if self.path.is_dir():
             raise StoreError(f"{self.path}: is a folder, not a run store")
-        with open(self.path, "rb") as fh:
-            head = fh.read(16)
-        if head and head != b"SQLite format 3\x00":
+        try:
+            with open(self.path, "rb") as fh:
+                head = fh.read(16)
+        except OSError as exc:
+            raise StoreError(f"{self.path}: cannot be read ({exc.strerror or exc})") from None
+        if head and head != SQLITE_HEADER:
             raise StoreError(f"{self.path}: not a gradsight run store (not an SQLite file)")
-        self.conn = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, check_same_thread=False)
-        self.conn.execute("PRAGMA busy_timeout=5000")
-        check_version(self.conn, str(self.path))
+        try:
+            self.conn = sqlite3.connect(ro_uri(self.path), uri=True, check_same_thread=False)
+            self.conn.execute("PRAGMA busy_timeout=5000")
+        except sqlite3.Error as exc:
+            raise StoreError(f"{self.path}: cannot be opened ({exc})") from None
+        try:
+            check_version(self.conn, str(self.path))
+        except StoreError:
+            self.conn.close()
+            raise
 
     def close(self) -> None:
         self.conn.close()
@@ -96,7 +151,7 @@ class RunStore:
         if row is None:
             return {}
         out = dict(zip([d[0] for d in cur.description], row))
-        for key in ("argv", "settings"):
+        for key in ("argv", "settings", "models"):
             if isinstance(out.get(key), str):
                 try:
                     out[key] = json.loads(out[key])
@@ -108,10 +163,10 @@ class RunStore:
         have = {r[1] for r in self.conn.execute("PRAGMA table_info(modules)")}
         extra = "".join(f", {c}" if c in have else ", NULL" for c in ("site", "label"))  # stores written before these columns
         rows = self.conn.execute(
-            "SELECT id, name, type, type_module, parent, n_params, own_params, forward_order, file, line, owner, attr" + extra
+            "SELECT id, name, type, type_module, parent, n_params, own_params, forward_order, file, line, owner, attr, model" + extra
             + " FROM modules ORDER BY id"
         ).fetchall()
-        return [ModuleInfo(*r) for r in rows]
+        return [_module(r) for r in rows]
 
     def params(self) -> list[dict[str, Any]]:
         cur = self.conn.execute("SELECT * FROM params ORDER BY id")
@@ -126,7 +181,11 @@ class RunStore:
         rows = cur.fetchall()
         out: dict[str, np.ndarray] = {}
         for i, c in enumerate(cols):
-            out[c] = np.array([np.nan if r[i] is None else r[i] for r in rows], dtype=np.float64)
+            column = [np.nan if r[i] is None else r[i] for r in rows]
+            bad = next((v for v in column if isinstance(v, (str, bytes))), None)
+            if bad is not None:
+                raise ValueError(f"the steps table's {c} column holds {bad!r}, not a number")
+            out[c] = np.array(column, dtype=np.float64)
         out["step"] = out["step"].astype(np.int64)
         return out
 
@@ -168,7 +227,9 @@ class RunStore:
             args = (kind,)
         out = []
         for r in self.conn.execute(sql + " ORDER BY id", args):
-            out.append(Event(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], json.loads(r[9]) if r[9] else {}))
+            data = _json(r[9], f"the data of event {r[0]}")
+            out.append(Event(r[0], _opt_int(r[1], f"the step of event {r[0]}"), r[2], r[3], r[4], r[5], r[6], r[7], r[8] or "",
+                             data if isinstance(data, dict) else {}))
         return out
 
     def tensors(self, step: int | None = None) -> list[TensorInfo]:
@@ -177,13 +238,17 @@ class RunStore:
         if step is not None:
             sql += " WHERE step = ?"
             args = (step,)
-        return [TensorInfo(r[0], r[1], r[2], r[3], r[4], tuple(json.loads(r[5])), r[6]) for r in self.conn.execute(sql + " ORDER BY id", args)]
+        return [TensorInfo(r[0], r[1], r[2], r[3], r[4], tuple(_json(r[5], f"the shape of tensor {r[0]}")), r[6])
+                for r in self.conn.execute(sql + " ORDER BY id", args)]
 
     def tensor(self, tensor_id: int) -> np.ndarray:
         row = self.conn.execute("SELECT npy FROM tensors WHERE id = ?", (tensor_id,)).fetchone()
         if row is None:
             raise StoreError(f"{self.path}: no captured tensor {tensor_id}")
-        return np.load(io.BytesIO(row[0]), allow_pickle=False)
+        try:
+            return np.load(io.BytesIO(row[0]), allow_pickle=False)
+        except (ValueError, OSError, TypeError, EOFError) as exc:
+            raise DamagedStore(f"{self.path}: captured tensor {tensor_id} cannot be read ({exc})") from None
 
     def watches(self) -> list[dict[str, Any]]:
         cur = self.conn.execute("SELECT * FROM watches ORDER BY id")
@@ -206,3 +271,34 @@ def add_watch(path: str | os.PathLike[str], condition: str, *, module: str | Non
         return int(cur.lastrowid or 0)
     finally:
         conn.close()
+
+
+def signature(path: str | os.PathLike[str]) -> tuple[Any, ...] | None:
+    """Changes whenever the store gains a step, metrics, an event, a captured tensor or a status; None if unreadable."""
+    try:
+        conn = sqlite3.connect(ro_uri(path), uri=True, timeout=1.0)
+        try:
+            # only indexed maxima: no scan, whatever the run's length
+            row = conn.execute("SELECT (SELECT MAX(step) FROM steps), (SELECT MAX(step) FROM metrics), (SELECT MAX(id) FROM events),"
+                               " (SELECT MAX(id) FROM tensors), (SELECT status FROM run WHERE id = 1)").fetchone()
+        finally:
+            conn.close()
+        return tuple(row)
+    except sqlite3.Error:
+        return None
+
+
+def quick_state(path: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """The run's latest step, loss, status and anomaly count: a few indexed reads, for the steps between analyses."""
+    try:
+        conn = sqlite3.connect(ro_uri(path), uri=True, timeout=1.0)
+        try:
+            row = conn.execute("SELECT step, loss FROM steps ORDER BY step DESC LIMIT 1").fetchone()
+            status = conn.execute("SELECT status FROM run WHERE id = 1").fetchone()
+            anomalies = conn.execute("SELECT COUNT(*) FROM events WHERE kind IN ('trigger', 'breakpoint')").fetchone()
+        finally:
+            conn.close()
+    except sqlite3.Error:
+        return None
+    loss = row[1] if row and isinstance(row[1], float) and np.isfinite(row[1]) else None
+    return {"step": row[0] if row else None, "loss": loss, "status": status[0] if status else None, "anomalies": anomalies[0]}

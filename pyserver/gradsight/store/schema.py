@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import sqlite3
 
-SCHEMA_VERSION = 1
-SCHEMA_NAME = f"gradsight.store/{SCHEMA_VERSION}"
+SCHEMA_VERSION = 2
+SCHEMA_PREFIX = "gradsight.store/"
+SCHEMA_NAME = f"{SCHEMA_PREFIX}{SCHEMA_VERSION}"
 
 DDL = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -20,12 +21,14 @@ CREATE TABLE IF NOT EXISTS run (
     script TEXT, argv TEXT, cwd TEXT, started REAL, ended REAL, status TEXT,
     torch_version TEXT, gradsight_version TEXT, python_version TEXT,
     device TEXT, rank INTEGER, world_size INTEGER, pid INTEGER, settings TEXT,
-    model TEXT, optimizer TEXT, loss_source TEXT, loss_module TEXT
+    model TEXT, optimizer TEXT, loss_source TEXT, loss_module TEXT,
+    models TEXT  -- JSON: [{"name", "type", "optimizer"}] of every watched model, when there are several
 );
 CREATE TABLE IF NOT EXISTS modules (
     id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE, type TEXT NOT NULL,
     type_module TEXT, parent TEXT, n_params INTEGER NOT NULL, own_params INTEGER NOT NULL,
     forward_order INTEGER, file TEXT, line INTEGER, owner TEXT, attr TEXT,
+    model TEXT,  -- the short name of the watched model it belongs to ('' when the run has one model)
     site TEXT,  -- the creating call, as scope|callee|index in file (pysource.CallSite.key)
     label TEXT  -- a readable name: model[2], net.fc1
 );
@@ -38,7 +41,11 @@ CREATE TABLE IF NOT EXISTS steps (
     step INTEGER PRIMARY KEY, time REAL NOT NULL, duration REAL, loss REAL, lr REAL,
     grad_norm REAL, grad_max REAL, sampled INTEGER NOT NULL, n_backward INTEGER,
     grads_zeroed INTEGER, capture INTEGER NOT NULL DEFAULT 0,
-    loss_finite INTEGER  -- 0 when the loss was NaN/Inf (SQLite stores NaN as NULL), NULL with no loss
+    loss_finite INTEGER,  -- 0 when the loss was NaN/Inf (SQLite stores NaN as NULL), NULL with no loss
+    skipped INTEGER NOT NULL DEFAULT 0,  -- 1: the optimizer did not step (a GradScaler found inf/NaN gradients)
+    clip_norm REAL,  -- the max_norm (or clip value) the step's gradients were clipped with
+    grad_norm_clipped REAL,  -- the global gradient norm after clipping (grad_norm is before)
+    amp_scale REAL  -- the GradScaler's scale the backward ran with (loss and gradients are recorded unscaled)
 );
 CREATE TABLE IF NOT EXISTS metrics (
     step INTEGER NOT NULL, kind TEXT NOT NULL, data BLOB NOT NULL,
@@ -65,6 +72,7 @@ CREATE TABLE IF NOT EXISTS watches (
 EVENT_TRIGGER = "trigger"
 EVENT_BREAKPOINT = "breakpoint"
 EVENT_WARNING = "warning"
+EVENT_SKIPPED = "skipped"  # a step the optimizer did not take (GradScaler), recorded as its own step
 
 
 class StoreError(Exception):

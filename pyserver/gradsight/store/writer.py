@@ -22,6 +22,8 @@ from typing import Any
 
 import numpy as np
 
+from .paths import OutputError
+from .rows import ModuleRow, ParamRow, StepRow, insert_sql, values
 from .schema import create
 
 _STOP = object()
@@ -37,31 +39,34 @@ def encode_npy(array: np.ndarray) -> bytes:
     return buf.getvalue()
 
 
-def remove_store(path: Path) -> None:
-    for suffix in ("", "-wal", "-shm"):
-        try:
-            os.unlink(str(path) + suffix)
-        except FileNotFoundError:
-            pass
+_STEP_SQL = insert_sql("steps", StepRow)
+_MODULE_SQL = insert_sql("modules", ModuleRow)
+_PARAM_SQL = insert_sql("params", ParamRow)
 
 
 class StoreWriter:
-    """Owns one store file. Every ``put_*`` is cheap and thread-safe."""
+    """Owns one store file. Every ``put_*`` is cheap and thread-safe.
 
-    def __init__(self, path: str | os.PathLike[str], run: dict[str, Any], *, flush_interval: float = 0.2, replace: bool = True) -> None:
+    ``path`` must be new (see :func:`~gradsight.store.paths.prepare_output`): the writer never
+    replaces a file; it adds its tables to an empty one."""
+
+    def __init__(self, path: str | os.PathLike[str], run: dict[str, Any], *, flush_interval: float = 0.2) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        if replace:
-            remove_store(self.path)
-        conn = sqlite3.connect(self.path)
+        if self.path.exists() and (not self.path.is_file() or self.path.stat().st_size > 0):
+            raise OutputError(f"{self.path}: exists; a run store is only ever written to a new file")
         try:
-            create(conn)
-            cols = ", ".join(run)
-            marks = ", ".join("?" for _ in run)
-            conn.execute(f"INSERT OR REPLACE INTO run (id, {cols}) VALUES (1, {marks})", [_plain(v) for v in run.values()])
-            conn.commit()
-        finally:
-            conn.close()
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            conn = sqlite3.connect(self.path)
+            try:
+                create(conn)
+                cols = ", ".join(run)
+                marks = ", ".join("?" for _ in run)
+                conn.execute(f"INSERT OR REPLACE INTO run (id, {cols}) VALUES (1, {marks})", [_plain(v) for v in run.values()])
+                conn.commit()
+            finally:
+                conn.close()
+        except (sqlite3.Error, OSError) as exc:
+            raise OutputError(f"{self.path}: a run store cannot be written there ({exc})") from None
         self.flush_interval = flush_interval
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._failed: str | None = None
@@ -79,10 +84,23 @@ class StoreWriter:
         if self._failed is None:
             self._queue.put((sql, tuple(params)))
 
-    def put_step(self, row: dict[str, Any]) -> None:
-        cols = ", ".join(row)
-        marks = ", ".join("?" for _ in row)
-        self.execute(f"INSERT OR REPLACE INTO steps ({cols}) VALUES ({marks})", [_plain(v) for v in row.values()])
+    def put_step(self, row: StepRow) -> None:
+        self.execute(_STEP_SQL, values(row))
+
+    def put_module(self, row: ModuleRow) -> None:
+        self.execute(_MODULE_SQL, values(row))
+
+    def put_param(self, row: ParamRow) -> None:
+        self.execute(_PARAM_SQL, values(row))
+
+    def set_param_state(self, param_id: int, trainable: int, in_optimizer: int, got_grad: int) -> None:
+        self.execute("UPDATE params SET trainable = ?, in_optimizer = ?, got_grad = ? WHERE id = ?",
+                     (trainable, in_optimizer, got_grad, param_id))
+
+    def set_forward_order(self, module_ids: list[int]) -> None:
+        """Module ids in the order the forward pass first calls them."""
+        for rank, mid in enumerate(module_ids):
+            self.execute("UPDATE modules SET forward_order = ? WHERE id = ?", (rank, mid))
 
     def put_metric(self, step: int, kind: str, values: np.ndarray) -> None:
         self.execute("INSERT OR REPLACE INTO metrics VALUES (?, ?, ?)", (step, kind, encode_array(values)))

@@ -31,7 +31,7 @@ class PictureError(ValueError):
 
 def _encode(fig: Any, fmt: str = "png", dpi: int = 110) -> bytes:
     buf = io.BytesIO()
-    fig.savefig(buf, format=fmt, dpi=dpi, bbox_inches="tight")
+    fig.savefig(buf, format=fmt, dpi=dpi, bbox_inches="tight", metadata={"Software": "gradsight"} if fmt == "png" else None)
     plt.close(fig)
     return buf.getvalue()
 

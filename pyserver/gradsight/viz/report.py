@@ -47,9 +47,12 @@ def figures(data: RunData, diagnosis: dict[str, Any]) -> list[Figure]:
         except pictures.PictureError:
             pass
     with RunStore(data.path) as store:
-        tensors = store.tensors(step=int(step)) if step is not None else []
+        every = store.tensors() if step is not None else []
+    tensors = [t for t in every if t.step == step]
+    # activations are captured from the first forward pass after the anomaly (the user's forward is never re-run)
+    act_step = min((t.step for t in every if t.role == "activation" and step is not None and t.step >= step), default=None)
     cause = (diagnosis.get("root_cause") or {}).get("module")
-    acts = [t for t in tensors if t.role == "activation"]
+    acts = [t for t in every if t.role == "activation" and t.step == act_step]
     acts.sort(key=lambda t: (t.module != cause, t.id))
     for t in acts[:3]:
         out.append(Figure(f"Activations of {t.module} at step {t.step}", pictures.histogram(data.path, t.id)))

@@ -1,0 +1,146 @@
+"""Where a non-finite loss came from, read off its autograd graph before ``backward()`` frees it.
+
+The user's forward is never run again. Instead, when the loss of a backward call is NaN/Inf, the
+graph that produced it is still there, with the tensors PyTorch saved for the backward pass: the
+earliest graph node holding a non-finite saved tensor marks where the first NaN/Inf was made. Each
+module's output node carries the module's id (:func:`tag`, from the global forward hook), so the
+nearest tagged node at or after that point names the module whose output first went non-finite; a
+point after every module's output is the loss itself, and a non-finite leaf that is not a parameter
+is the input batch.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+import torch
+
+KEY = "gradsight"  # the key in a graph node's metadata dict that holds id() of the module that made it
+MAX_NODES = 50_000  # a graph walk stops here (a very large graph is searched in part)
+# ops whose saved result is non-finite only when their input already was (the NaN came from before them)
+PASS_THROUGH = frozenset({"ReluBackward0", "SigmoidBackward0", "TanhBackward0", "ThresholdBackward0", "HardtanhBackward0",
+                          "LeakyReluBackward0", "EluBackward0", "CloneBackward0", "ViewBackward0", "SoftmaxBackward0",
+                          "LogSoftmaxBackward0", "Relu6Backward0", "HardsigmoidBackward0"})
+INPUT = -1  # the origin is the input batch
+LOSS = -2  # the origin is after every module's output: the loss
+
+
+def tag(output: Any, module: object) -> None:
+    """Mark the graph node of a module's output with ``id(module)`` (the innermost module keeps its mark)."""
+    fn = getattr(output, "grad_fn", None)
+    if fn is not None:
+        meta = fn.metadata
+        if KEY not in meta:
+            meta[KEY] = id(module)
+
+
+def _saved(node: Any) -> list[tuple[str, torch.Tensor]]:
+    out: list[tuple[str, torch.Tensor]] = []
+    for name in dir(node):
+        if not name.startswith("_saved_"):
+            continue
+        try:
+            value = getattr(node, name)
+        except (RuntimeError, AttributeError):  # freed, or not saved for this call
+            continue
+        for t in value if isinstance(value, (tuple, list)) else (value,):
+            if isinstance(t, torch.Tensor) and (t.is_floating_point() or t.is_complex()) and t.numel():
+                out.append((name, t))
+    return out
+
+
+def _bad(t: torch.Tensor) -> bool:
+    return not bool(torch.isfinite(t).all())
+
+
+def origin(loss: torch.Tensor, index: dict[int, int], rank: dict[int, int] | None = None) -> int | None:
+    """The id of the module whose output first went non-finite, :data:`INPUT`, :data:`LOSS`, or None
+    when the loss has no graph. ``index`` maps id() of each module to its module id; ``rank``: each module's
+    place in the forward pass, to choose the first of several."""
+    root = loss.grad_fn
+    if root is None:
+        return None
+    nodes: dict[int, Any] = {id(root): root}
+    producers: dict[int, list[int]] = {}
+    consumers: dict[int, list[int]] = {}
+    queue = deque([root])
+    while queue and len(nodes) < MAX_NODES:
+        node = queue.popleft()
+        ps: list[int] = []
+        for nxt, _ in getattr(node, "next_functions", ()):
+            if nxt is None:
+                continue
+            key = id(nxt)
+            ps.append(key)
+            consumers.setdefault(key, []).append(id(node))
+            if key not in nodes:
+                nodes[key] = nxt
+                queue.append(nxt)
+        producers[id(node)] = ps
+    bad_result: set[int] = set()
+    bad_input: set[int] = set()
+    bad_data: set[int] = set()  # a non-finite saved input that no op made: data (the batch, a buffer)
+    for key, node in nodes.items():
+        if type(node).__name__ == "AccumulateGrad":
+            continue
+        for name, t in _saved(node):
+            if _bad(t):
+                if name.startswith("_saved_result"):
+                    bad_result.add(key)
+                else:
+                    bad_input.add(key)
+                    if t.grad_fn is None and not t.requires_grad:
+                        bad_data.add(key)
+    bad = bad_result | bad_input
+    if not bad:
+        return LOSS  # nothing saved is non-finite: the first NaN/Inf was made after the last saved tensor, in the loss
+    # nodes with something non-finite upstream of them (memoised over the DAG, iteratively)
+    up: dict[int, bool] = {}
+    for start in bad:
+        stack = [(start, False)]
+        while stack:
+            key, done = stack.pop()
+            if key in up:
+                continue
+            if done:
+                up[key] = any(p in bad or up.get(p, False) for p in producers.get(key, ()))
+                continue
+            stack.append((key, True))
+            stack.extend((p, False) for p in producers.get(key, ()) if p not in up)
+    earliest = [k for k in bad if not up.get(k, False)]
+    found: list[int] = []
+    for key in earliest:
+        node = nodes[key]
+        if key in bad_data:
+            found.append(INPUT)
+            continue
+        if key in bad_result and key not in bad_input and type(node).__name__ not in PASS_THROUGH:
+            starts = [key]  # this op made the non-finite value from finite inputs
+        else:
+            starts = [p for p in producers.get(key, ()) if type(nodes[p]).__name__ != "AccumulateGrad"]
+            if not starts:  # a non-finite leaf that no parameter holds: the batch
+                found.append(INPUT)
+                continue
+        found.append(_nearest_tag(starts, nodes, consumers, index))
+    modules = [f for f in found if f >= 0]
+    if modules:
+        return min(modules, key=lambda m: (rank or {}).get(m, m))
+    return INPUT if INPUT in found else LOSS
+
+
+def _nearest_tag(starts: list[int], nodes: dict[int, Any], consumers: dict[int, list[int]], index: dict[int, int]) -> int:
+    """The module id on the nearest tagged node at or after ``starts`` (toward the loss); LOSS if none."""
+    seen = set(starts)
+    queue = deque(starts)
+    while queue:
+        key = queue.popleft()
+        node = nodes.get(key)
+        meta = getattr(node, "metadata", None) if node is not None else None
+        if meta and KEY in meta and meta[KEY] in index:
+            return index[meta[KEY]]
+        for c in consumers.get(key, ()):
+            if c not in seen:
+                seen.add(c)
+                queue.append(c)
+    return LOSS
