@@ -75,18 +75,23 @@ def build(ws: Path, steps: int, modules: int, every: int = 50) -> tuple[StoreWri
     w = StoreWriter(runs / "big.db", {"script": str(ws / "train.py"), "status": "running", "optimizer": "AdamW", "model": "Model",
                                       "cwd": str(ws)})
     blocks = max(1, (modules - 3) // 3)
-    rows: list[tuple[Any, ...]] = [(0, "", "Model", "model", None, 0, 0, 0, str(ws / "model.py"), 12, None, None),
-                                   (1, "blocks", "ModuleList", "torch.nn", "", 0, 0, 1, str(ws / "model.py"), lines["self.blocks"], "model.Model", "blocks")]
+    model_py, train_py = str(ws / "model.py"), str(ws / "train.py")
+    # as the runtime records them under gradsight trace: each module's creating call (site) beside its class attribute
+    rows: list[tuple[Any, ...]] = [(0, "", "Model", "model", None, 0, 0, 0, train_py, 4, None, None, "|Model|0", "model"),
+                                   (1, "blocks", "ModuleList", "torch.nn", "", 0, 0, 1, model_py, lines["self.blocks"], "model.Model", "blocks",
+                                    "Model.__init__|nn.ModuleList|0", "blocks")]
     for b in range(blocks):
-        rows += [(len(rows), f"blocks.{b}", "Block", "model", "blocks", 4160, 0, len(rows), str(ws / "model.py"), lines["self.blocks"],
-                  "model.Model", "blocks"),
-                 (len(rows) + 1, f"blocks.{b}.fc", "Linear", "torch.nn", f"blocks.{b}", 4160, 4160, len(rows) + 1, str(ws / "model.py"), lines["self.fc"],
-                  "model.Block", "fc"),
-                 (len(rows) + 2, f"blocks.{b}.act", "ReLU", "torch.nn", f"blocks.{b}", 0, 0, len(rows) + 2, str(ws / "model.py"), lines["self.act"],
-                  "model.Block", "act")]
-    rows.append((len(rows), "head", "Linear", "torch.nn", "", 65, 65, len(rows), str(ws / "model.py"), lines["self.head"], "model.Model", "head"))
+        rows += [(len(rows), f"blocks.{b}", "Block", "model", "blocks", 4160, 0, len(rows), model_py, lines["self.blocks"],
+                  "model.Model", "blocks", "Model.__init__|Block|0", f"blocks.{b}"),
+                 (len(rows) + 1, f"blocks.{b}.fc", "Linear", "torch.nn", f"blocks.{b}", 4160, 4160, len(rows) + 1, model_py, lines["self.fc"],
+                  "model.Block", "fc", "Block.__init__|nn.Linear|0", f"blocks.{b}.fc"),
+                 (len(rows) + 2, f"blocks.{b}.act", "ReLU", "torch.nn", f"blocks.{b}", 0, 0, len(rows) + 2, model_py, lines["self.act"],
+                  "model.Block", "act", "Block.__init__|nn.ReLU|0", f"blocks.{b}.act")]
+    rows.append((len(rows), "head", "Linear", "torch.nn", "", 65, 65, len(rows), model_py, lines["self.head"], "model.Model", "head",
+                 "Model.__init__|nn.Linear|0", "head"))
+    cols = "id, name, type, type_module, parent, n_params, own_params, forward_order, file, line, owner, attr, site, label"
     for r in rows:
-        w.execute("INSERT INTO modules VALUES (?,?,?,?,?,?,?,?,?,?,?,?)", r)
+        w.execute(f"INSERT INTO modules ({cols}) VALUES ({', '.join('?' * len(r))})", r)
     names = [r[1] for r in rows]
     rng = np.random.default_rng(0)
     base = rng.uniform(0.1, 1.0, len(names))

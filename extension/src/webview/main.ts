@@ -522,9 +522,16 @@ function drawFixes(): void {
 
 // -- the sandbox --------------------------------------------------------------------------------------------------
 
+/** ` (anomaly)`, ` (anomaly+1)`: where a captured step stands to the anomaly. */
+function relative(step: number, anomaly: number | null): string {
+    if (anomaly === null) {
+        return '';
+    }
+    return step === anomaly ? ' (anomaly)' : ` (anomaly${step > anomaly ? '+' : ''}${step - anomaly})`;
+}
+
 function tensorOptions(tensors: TensorEntry[], keep: (t: TensorEntry) => boolean, anomaly: number | null): [string, string][] {
-    return tensors.filter(keep).map((t) => [String(t.id),
-        `${t.label} · ${t.role} · step ${t.step}${t.step === anomaly ? ' (anomaly)' : ''} · [${t.shape.join('×')}]`]);
+    return tensors.filter(keep).map((t) => [String(t.id), `${t.label} · ${t.role} · step ${t.step}${relative(t.step, anomaly)} · [${t.shape.join('×')}]`]);
 }
 
 function drawSandbox(d: SandboxData): void {
@@ -545,7 +552,7 @@ function attention(a: AttentionData, tensors: TensorEntry[], run: RunInfo): void
     const [b, heads, t] = a.shape;
     fill('attn-head', Array.from({ length: heads }, (_x, i) => [String(i), `${i}${a.collapsed.includes(i) ? ' (collapsed)' : ''}`]), String(a.head));
     fill('attn-sample', Array.from({ length: b }, (_x, i) => [String(i), String(i)]), String(a.sample));
-    $('attn-title').textContent = `${a.module} · step ${a.step} · head ${a.head}, sample ${a.sample}`;
+    $('attn-title').textContent = `${a.module} · step ${a.step}${relative(a.step, run.anomaly?.step ?? null)} · head ${a.head}, sample ${a.sample}`;
     $('attn-info').textContent = `${heads} heads · ${t} tokens · ${a.role === 'attention' ? 'attention probabilities' : 'softmax output'}`;
     const tokens = a.tokens;
     const name = (i: number) => (tokens ? `${i}:${tokens[i]}` : String(i));
@@ -637,7 +644,7 @@ function histogram(d: HistogramData, tensors: TensorEntry[], run: RunInfo): void
     message('histogram', d.stats.nonfinite ? `${d.stats.nonfinite} NaN/Inf values (not in the bins)` : '');
     fill('hist-tensor', tensorOptions(tensors, (t) => t.role !== 'input' || t.dtype.startsWith('float'), run.anomaly?.step ?? null), String(d.id));
     const anomaly = run.anomaly?.step ?? null;
-    const here = `step ${d.step}${d.step === anomaly ? ' (anomaly)' : ''}`;
+    const here = `step ${d.step}${relative(d.step, anomaly)}`;
     $('hist-info').textContent = d.compare
         ? `${d.module} ${d.role}: ${here} (orange) beside step ${d.compare.step} (blue outline)`
         : `${d.module} ${d.role}: ${here}; no other step of this ${d.role} was captured to compare with`;

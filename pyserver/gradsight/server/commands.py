@@ -239,8 +239,9 @@ def _default_tensor(kind: str, tensors: list[dict[str, Any]], module: Any, anoma
         what = {"attention": "attention maps (an attention model's softmax, or the attention role)",
                 "projection": "tensors with rows to project", "histogram": "tensors"}[kind]
         raise CommandError(f"this run captured no {what}: tensors are captured at an anomaly")
-    at = [t for t in pool if t["step"] == anomaly]
-    return int((at or pool)[0]["id"])
+    # the anomaly's own step, else the first captured after it (activations come from the next forward pass)
+    after = sorted((t for t in pool if anomaly is not None and t["step"] >= anomaly), key=lambda t: (t["step"], t["id"]))
+    return int((after or pool)[0]["id"])
 
 
 def export_report(view: RunView, path: str) -> dict[str, Any]:
