@@ -34,6 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "pyserver"))
 
 from gradsight.store import StoreWriter  # noqa: E402
+from gradsight.store.rows import ModuleRow, StepRow  # noqa: E402
 
 MODEL = '''from torch import nn
 
@@ -89,9 +90,8 @@ def build(ws: Path, steps: int, modules: int, every: int = 50) -> tuple[StoreWri
                   "model.Block", "act", "Block.__init__|nn.ReLU|0", f"blocks.{b}.act")]
     rows.append((len(rows), "head", "Linear", "torch.nn", "", 65, 65, len(rows), model_py, lines["self.head"], "model.Model", "head",
                  "Model.__init__|nn.Linear|0", "head"))
-    cols = "id, name, type, type_module, parent, n_params, own_params, forward_order, file, line, owner, attr, site, label"
     for r in rows:
-        w.execute(f"INSERT INTO modules ({cols}) VALUES ({', '.join('?' * len(r))})", r)
+        w.put_module(ModuleRow(*r[:12], site=r[12], label=r[13]))
     names = [r[1] for r in rows]
     rng = np.random.default_rng(0)
     base = rng.uniform(0.1, 1.0, len(names))
@@ -104,8 +104,9 @@ def build(ws: Path, steps: int, modules: int, every: int = 50) -> tuple[StoreWri
 
 def put(w: StoreWriter, s: int, base: np.ndarray, rng: np.random.Generator, every: int, spike: bool = False) -> None:
     g = base * rng.lognormal(0, 0.1, len(base)) * (80 if spike else 1)
-    w.put_step({"step": s, "time": time.time(), "loss": 2.0 * np.exp(-s / 2000) + (10 if spike else 0), "lr": 1e-3,
-                "grad_norm": float(np.linalg.norm(g)), "sampled": int(s % every == 0), "grads_zeroed": 1, "loss_finite": 1})
+    w.put_step(StepRow(step=s, time=time.time(), duration=None, loss=2.0 * np.exp(-s / 2000) + (10 if spike else 0), lr=1e-3,
+                       grad_norm=float(np.linalg.norm(g)), grad_max=None, sampled=s % every == 0, n_backward=1, grads_zeroed=1,
+                       capture=False, loss_finite=1))
     w.put_metric(s, "grad_norm", g)
     w.put_metric(s, "grad_max", g / 10)
     if s % every == 0:

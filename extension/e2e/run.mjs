@@ -133,21 +133,31 @@ async function step(page, name, shot, fn) {
 }
 
 async function palette(page, title) {
-    // keys typed while a webview has the focus stay in its iframe: give the focus back to the workbench first
-    if (await page.evaluate(() => document.activeElement?.tagName === 'IFRAME')) {
-        await page.locator('.tabs-container .tab.active').last().click();
+    // keys typed while a webview has the focus stay in its iframe, and a webview that was just revealed may take the
+    // focus a moment later (closing the palette): give the focus back to the workbench and retry
+    for (let attempt = 0; ; attempt++) {
+        try {
+            if (await page.evaluate(() => document.activeElement?.tagName === 'IFRAME')) {
+                await page.locator('.tabs-container .tab.active').last().click();
+            }
+            await page.keyboard.press('Control+Shift+P');
+            const input = page.locator('.quick-input-widget input:visible').first();
+            await input.waitFor({ state: 'visible', timeout: 5000 });
+            await input.fill(`>${title}`, { timeout: 5000 });
+            await page.locator('.quick-input-list .monaco-list-row').first().waitFor({ timeout: 5000 });
+            await page.keyboard.press('Enter');
+            return;
+        } catch (e) {
+            if (attempt >= 3) { throw e; }
+            await page.keyboard.press('Escape').catch(() => {});
+            await page.waitForTimeout(700);
+        }
     }
-    await page.keyboard.press('Control+Shift+P');
-    const input = page.locator('.quick-input-widget input');
-    await input.waitFor({ state: 'visible' });
-    await input.fill(`>${title}`);
-    await page.locator('.quick-input-list .monaco-list-row').first().waitFor();
-    await page.keyboard.press('Enter');
 }
 
 async function goToLine(page, line) {
     await page.keyboard.press('Control+G');
-    const input = page.locator('.quick-input-widget input');
+    const input = page.locator('.quick-input-widget input:visible').first();
     await input.waitFor({ state: 'visible' });
     await input.fill(`:${line}`);
     await page.keyboard.press('Enter');
@@ -175,7 +185,7 @@ function trace(script, output) {
 
 async function openFile(page, name) {
     await page.keyboard.press('Control+P');
-    await page.locator('.quick-input-widget input').fill(name);
+    await page.locator('.quick-input-widget input:visible').first().fill(name);
     await page.locator('.quick-input-list .monaco-list-row').first().waitFor();
     await page.keyboard.press('Enter');
     await page.locator('.tab.active', { hasText: name }).first().waitFor({ timeout: 30000 });
@@ -202,7 +212,7 @@ async function scenario(page, port) {
         await page.locator('.explorer-folders-view .monaco-list-row').first().waitFor({ timeout: 60000 });
         await page.locator('.monaco-workbench').click({ position: { x: 700, y: 400 } });
         await page.keyboard.press('Control+P');
-        await page.locator('.quick-input-widget input').fill('train.py');
+        await page.locator('.quick-input-widget input:visible').first().fill('train.py');
         await page.locator('.quick-input-list .monaco-list-row').first().waitFor();
         await page.keyboard.press('Enter');
         await page.locator('.editor-instance .monaco-editor .view-lines').waitFor();
@@ -212,7 +222,7 @@ async function scenario(page, port) {
     await step(page, 'add the tensor breakpoint grad_norm > 50 on optimizer.step()', 'e2e-1-tensor-breakpoint.png', async () => {
         await goToLine(page, stepLine);
         await palette(page, 'gradsight: Add Tensor Breakpoint');
-        const input = page.locator('.quick-input-widget input');
+        const input = page.locator('.quick-input-widget input:visible').first();
         await input.waitFor({ state: 'visible' });
         await input.fill('grad_norm >> 50');
         await page.locator('.quick-input-message', { hasText: 'column' }).waitFor({ timeout: 20000 }); // validated, with the column
@@ -316,7 +326,8 @@ async function scenario(page, port) {
     await step(page, 'a second run (a module-level nn.Sequential): the panel shows it', 'e2e-7-second-run.png', async () => {
         await trace('seq.py', '.gradsight/runs/seq.db');
         const f = await frameWith(page, '#heatmap canvas', 30000, 'the panel');
-        await waitFor(async () => (await f.locator('#run').textContent()).includes('seq.db'), 60000, 'the panel to show the second run (seq.db)');
+        await waitFor(async () => /seq\.db .*finished/.test(await f.locator('#run').textContent()), 60000, 'the panel to show the second run (seq.db) to its end');
+        await palette(page, 'Notifications: Clear All Notifications');
         await waitFor(async () => (await f.locator('#heatmap canvas').count()) > 0, 30000, 'its heatmap');
         log(`panel: ${await f.locator('#run').textContent()}`);
     });
@@ -346,7 +357,8 @@ async function scenario(page, port) {
     await step(page, 'a third run (attention): a head\'s map and the entropy per head', 'e2e-9-attention.png', async () => {
         await trace('attention.py', '.gradsight/runs/attention.db');
         const f = await frameWith(page, '#run', 30000, 'the panel');
-        await waitFor(async () => (await f.locator('#run').textContent()).includes('attention.db'), 60000, 'the panel to follow the third run');
+        await waitFor(async () => /attention\.db .*finished/.test(await f.locator('#run').textContent()), 60000, 'the panel to follow the third run');
+        await palette(page, 'Notifications: Clear All Notifications');
         await palette(page, 'gradsight: Show Attention Maps');
         await palette(page, 'View: Toggle Maximize Editor Group'); // the sandbox views get the whole window
         await waitFor(async () => (await f.locator('#attn-map canvas').count()) > 0 && (await f.locator('#attn-entropy canvas').count()) > 0, 60000, 'the attention map and entropy');
@@ -371,6 +383,26 @@ async function scenario(page, port) {
         await palette(page, 'gradsight: Show Embedding Projection');
         const f = await frameWith(page, '#proj canvas', 60000, 'the projection');
         await waitFor(async () => /PCA of embed weight/.test(await f.locator('#proj-info').textContent()), 30000, 'the embedding table\'s PCA');
+    });
+
+    await step(page, 'export the view as PNG and the run as the PDF report', null, async () => {
+        const f = await frameWith(page, '#export-png', 30000, 'the panel');
+        const save = async (file, complete) => {
+            const input = page.locator('.quick-input-widget input:visible').first();
+            await input.waitFor({ state: 'visible', timeout: 30000 });
+            await input.fill(join(WS, file));
+            await page.keyboard.press('Enter');
+            return waitFor(() => {
+                try { const b = readFileSync(join(WS, file)); return complete(b) ? b : null; } catch { return null; }
+            }, 60000, `${file} written`);
+        };
+        await f.locator('#export-png').click();
+        const png = await save('projection.png', (b) => b.includes('IEND'));
+        if (png.subarray(1, 4).toString() !== 'PNG' || png.length < 5000) { throw new Error(`projection.png is not a picture (${png.length} bytes)`); }
+        await palette(page, "gradsight: Export the Run's PDF Report");
+        const pdf = await save('report.pdf', (b) => b.subarray(-1024).includes('%%EOF'));
+        if (pdf.subarray(0, 5).toString() !== '%PDF-') { throw new Error('report.pdf is not a PDF'); }
+        log(`exported projection.png (${png.length} bytes) and report.pdf (${pdf.length} bytes)`);
     });
 }
 
