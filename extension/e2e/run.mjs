@@ -240,6 +240,7 @@ async function scenario(page, port) {
         await frame.waitFor({ timeout: 180000 });
         const label = (await frame.textContent()).replace(/\s+/g, ' ');
         if (!label.includes(`${stepLine}:`)) { throw new Error(`paused at "${label}", not on line ${stepLine}`); }
+        await page.waitForTimeout(1500); // the whole stack, not its first rows
         const stack = (await page.locator('.debug-call-stack').textContent()).replace(/\s+/g, ' ');
         if (/trace\.py|cli\.py|runpy|__main__\.py/.test(stack)) { throw new Error(`gradsight's own frames show in the Call Stack: ${stack.slice(0, 400)}`); }
         const locals = page.locator('.debug-variables .monaco-list-row', { hasText: /^\s*Locals/ }).first();

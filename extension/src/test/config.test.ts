@@ -30,9 +30,10 @@ test('the debugpy launch runs gradsight as a module in the chosen interpreter', 
     assert.deepEqual(l.args, ['trace', '/w/train.py', '--output', 'run.db', '--']);
     assert.equal(l.justMyCode, true);
     // gradsight's own frames are library code for debugpy (never in the Call Stack), after any rules of the user's
-    assert.deepEqual(l.rules, [{ module: 'gradsight', include: false }]);
+    const ours = [{ module: 'gradsight', include: false }, { path: '**/gradsight/__main__.py', include: false }];
+    assert.deepEqual(l.rules, ours);
     assert.deepEqual(toDebugpyLaunch({ ...base, rules: [{ path: '/w/vendor', include: false }] }, ['py'], [], 'd.db').rules,
-        [{ path: '/w/vendor', include: false }, { module: 'gradsight', include: false }]);
+        [{ path: '/w/vendor', include: false }, ...ours]);
     assert.deepEqual(toDebugpyLaunch({ ...base, python: '/other/python' }, ['/venv/bin/python'], [], 'd.db').python, ['/other/python']);
 });
 

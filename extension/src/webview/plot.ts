@@ -70,6 +70,8 @@ export class Plot {
             }
             if (a.size !== undefined) {
                 out.size = a.size;
+            } else if (i === 0 && !a.rotate) {
+                out.size = 30; // the step numbers, not uPlot's roomier default
             }
             if (a.rotate) {
                 out.rotate = a.rotate;
@@ -77,13 +79,8 @@ export class Plot {
             if (a.splits) {
                 out.splits = (_u: uPlot, _i: number, min: number, max: number) => (live(i).splits ?? a.splits!)(min, max);
             }
-            if (a.log) {  // a label per decade (when the range spans two or more), minor grid lines between
-                const decade = (v: number) => Math.abs(Math.log10(v) - Math.round(Math.log10(v))) < 1e-9;
-                const oneTwoFive = (v: number) => [1, 2, 5].some((m) => Math.abs(v / 10 ** Math.floor(Math.log10(v) + 1e-9) - m) < 1e-6);
-                out.filter = (_u: uPlot, splits: number[]) => {
-                    const keep = splits.filter(decade).length >= 2 ? decade : oneTwoFive;
-                    return splits.map((v) => (keep(v) ? v : null));
-                };
+            if (a.log && !a.splits) {
+                out.splits = (_u: uPlot, _i: number, min: number, max: number) => logSplits(min, max);
             }
             return out;
         };
@@ -243,4 +240,24 @@ export function labelWidth(labels: string[], cap: number): number {
     }
     ctx.font = `11px ${getComputedStyle(document.body).getPropertyValue('--vscode-font-family') || 'sans-serif'}`;
     return Math.min(cap, Math.ceil(Math.max(20, ...labels.map((l) => ctx.measureText(l).width))) + 14);
+}
+
+/** Ticks of a logarithmic axis: every decade when the range spans several, else 1, 2 and 5 times each power of ten. */
+export function logSplits(min: number, max: number): number[] {
+    if (!(min > 0) || !(max > min)) {
+        return [];
+    }
+    const lo = Math.floor(Math.log10(min));
+    const hi = Math.ceil(Math.log10(max));
+    const mantissas = hi - lo >= 3 ? [1] : hi - lo >= 2 ? [1, 3] : [1, 2, 5];
+    const out: number[] = [];
+    for (let k = lo; k <= hi; k++) {
+        for (const m of mantissas) {
+            const v = m * 10 ** k;
+            if (v >= min && v <= max) {
+                out.push(v);
+            }
+        }
+    }
+    return out;
 }
