@@ -125,3 +125,40 @@ export function entropy(p: (number | null)[]): number {
     }
     return h;
 }
+
+/** Ticks of a logarithmic axis: every decade when the range spans several, else 1, 2 and 5 times each power of ten. */
+export function logSplits(min: number, max: number): number[] {
+    if (!(min > 0) || !(max > min)) {
+        return [];
+    }
+    const lo = Math.floor(Math.log10(min));
+    const hi = Math.ceil(Math.log10(max));
+    const mantissas = hi - lo >= 3 ? [1] : hi - lo >= 2 ? [1, 3] : [1, 2, 5];
+    const out: number[] = [];
+    for (let k = lo; k <= hi; k++) {
+        for (const m of mantissas) {
+            const v = m * 10 ** k;
+            if (v >= min && v <= max) {
+                out.push(v);
+            }
+        }
+    }
+    return out;
+}
+
+/** Whole-number ticks at a round increment (1, 2, 5, 10, 20, 50, ...), about one per `space` CSS pixels. */
+export function intSplits(min: number, max: number, pixels: number, space = 60): number[] {
+    const span = max - min;
+    if (!(span > 0) || !(pixels > 0)) {
+        return [];
+    }
+    const want = Math.max(1, Math.floor(pixels / space));
+    const raw = span / want;
+    const p = 10 ** Math.floor(Math.log10(Math.max(1, raw)));
+    const step = Math.max(1, [1, 2, 5, 10].map((m) => m * p).find((x) => x >= raw) ?? 10 * p);
+    const out: number[] = [];
+    for (let v = Math.ceil(min / step) * step; v <= max; v += step) {
+        out.push(v + 0); // no -0
+    }
+    return out;
+}

@@ -3,7 +3,7 @@ import { test } from 'node:test';
 import { recategorize } from '../pure/console';
 import { whose } from '../pure/health';
 import { isView, RunInfo, runTitle } from '../pure/protocol';
-import { color, columnOf, entropy, extent, fmt, rgb, ticks, transform, unit } from '../pure/scale';
+import { color, columnOf, entropy, extent, fmt, intSplits, logSplits, rgb, ticks, transform, unit } from '../pure/scale';
 
 test("gradsight's own stderr lines become information; the user's stay stderr", () => {
     const out = recategorize({ category: 'stderr', output: 'gradsight: anomaly at step 30: grad_explode\nTraceback (most recent call last):\n  x\ngradsight: 60 steps\n' });
@@ -71,4 +71,15 @@ test("a line's record says whose health it is", () => {
     assert.equal(whose({ ...r, instances: 12 }), ' (worst of 12 instances: 2)');
     assert.equal(whose({ ...r, module: '', label: 'model', model: true }), ' (the model)');
     assert.equal(whose({ ...r, module: '', label: 'net', model: true }), ' (the model, net)');
+});
+
+test('axis ticks: decades or 1-2-5 on log axes, round whole numbers for steps', () => {
+    assert.deepEqual(logSplits(0.5, 5e3), [1, 10, 100, 1000]);
+    assert.deepEqual(logSplits(2.4e6, 6.2e7), [3e6, 1e7, 3e7]);
+    assert.deepEqual(logSplits(3, 40), [3, 10, 30]);
+    assert.deepEqual(logSplits(3, 9), [5]);
+    assert.deepEqual(logSplits(0, 10), []);
+    assert.deepEqual(intSplits(13.5, 20.5, 600), [14, 15, 16, 17, 18, 19, 20]);
+    assert.deepEqual(intSplits(-0.5, 1999.5, 600), [0, 200, 400, 600, 800, 1000, 1200, 1400, 1600, 1800]);
+    assert.ok(intSplits(-0.5, 59.5, 300).every((v) => Number.isInteger(v)));
 });

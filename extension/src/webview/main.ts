@@ -191,7 +191,8 @@ function show(view: View): void {
 // -- requests -----------------------------------------------------------------------------------------------------
 
 function requestGradients(extra: { step?: number } = {}): void {
-    const steps = state.zoom && panel?.gradients.bucketed ? state.zoom : undefined;
+    // a zoom into bucketed columns asks the server for the range's own columns (and keeps asking for it)
+    const steps = state.zoom && panel && (panel.gradients.bucketed || partial(panel.gradients)) ? state.zoom : undefined;
     vscode.postMessage({ type: 'gradients', args: { steps, modules: state.filter || undefined, step: extra.step ?? state.step, maxColumns: columnsWanted() } });
 }
 
@@ -244,7 +245,7 @@ function heatmap(g: Gradients): void {
     const xmax = g.until[n - 1] + 0.5;
     const spec: PlotSpec = {
         height,
-        x: { min: xmin, max: xmax, label: 'step', values: (v) => String(Math.round(v)) },
+        x: { min: xmin, max: xmax, label: 'step', integer: true, values: (v) => String(Math.round(v)) },
         y: {
             min: -0.5, max: rows.length - 0.5, reverse: true, label: '', splits: indexSplits(rows.length, height - 40),
             values: (v) => labels[Math.round(v)] ?? '', size: labelWidth(labels, Math.max(80, host.clientWidth * 0.35)),
@@ -358,12 +359,16 @@ function zoomTo(a: number, b: number): boolean {
     return true;
 }
 
+/** The data shown covers only part of the run (it came from a request for a step range). */
+function partial(g: Gradients): boolean {
+    return g.steps.length > 0 && (g.steps[0] !== g.range[0] || g.until[g.until.length - 1] !== g.range[1]);
+}
+
 function resetZoom(): void {
-    const wasBucketed = panel?.gradients.bucketed || (state.zoom && panel && (panel.gradients.range[0] !== panel.gradients.steps[0]));
     state.zoom = undefined;
     persist();
-    if (wasBucketed) {
-        requestGradients();
+    if (panel && partial(panel.gradients)) {
+        requestGradients(); // the whole run again
     } else if (panel) {
         drawGradients();
     }
@@ -444,7 +449,7 @@ function lineSpec(steps: number[], values: (number | null)[], height: number, la
     const bad = steps.filter((_s, i) => values[i] === null);
     return {
         height, grid: true, syncKey: 'steps',
-        x: { min: xr[0], max: xr[1], label: 'step', values: (v) => String(Math.round(v)) },
+        x: { min: xr[0], max: xr[1], label: 'step', integer: true, values: (v) => String(Math.round(v)) },
         y: log ? { min: lo / 1.5, max: hi * 1.5, log: true, label } : { min: lo - pad, max: hi + pad, label },
         draw: (ctx, px, py, u) => {
             ctx.strokeStyle = getComputedStyle(document.body).getPropertyValue('--vscode-charts-foreground').trim() || stroke;

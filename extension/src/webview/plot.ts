@@ -2,7 +2,7 @@
 // what is inside the plotting area (heatmap cells, bars, points, lines) is drawn by the view's own function,
 // so every chart reads values under the mouse, zooms by dragging and resets on a double click the same way.
 import uPlot from 'uplot';
-import { fmt } from '../pure/scale';
+import { fmt, intSplits, logSplits } from '../pure/scale';
 
 /** Tick text: short (1e+7, not 1.00e+7). */
 const fmtTick = (v: number): string => fmt(v).replace(/\.?0+e/, 'e');
@@ -15,6 +15,7 @@ export interface AxisSpec {
     splits?: (min: number, max: number) => number[]; // where ticks go
     size?: number; // space for the ticks' text, CSS px
     rotate?: number; // x tick text rotation, degrees
+    integer?: boolean; // ticks on whole numbers only (steps)
 }
 
 export interface PlotSpec {
@@ -78,6 +79,9 @@ export class Plot {
             }
             if (a.splits) {
                 out.splits = (_u: uPlot, _i: number, min: number, max: number) => (live(i).splits ?? a.splits!)(min, max);
+            }
+            if (a.integer && !a.splits) {
+                out.splits = (u: uPlot, _i: number, min: number, max: number) => intSplits(min, max, (i === 0 ? u.bbox.width : u.bbox.height) / dpr());
             }
             if (a.log && !a.splits) {
                 out.splits = (_u: uPlot, _i: number, min: number, max: number) => logSplits(min, max);
@@ -242,22 +246,3 @@ export function labelWidth(labels: string[], cap: number): number {
     return Math.min(cap, Math.ceil(Math.max(20, ...labels.map((l) => ctx.measureText(l).width))) + 14);
 }
 
-/** Ticks of a logarithmic axis: every decade when the range spans several, else 1, 2 and 5 times each power of ten. */
-export function logSplits(min: number, max: number): number[] {
-    if (!(min > 0) || !(max > min)) {
-        return [];
-    }
-    const lo = Math.floor(Math.log10(min));
-    const hi = Math.ceil(Math.log10(max));
-    const mantissas = hi - lo >= 3 ? [1] : hi - lo >= 2 ? [1, 3] : [1, 2, 5];
-    const out: number[] = [];
-    for (let k = lo; k <= hi; k++) {
-        for (const m of mantissas) {
-            const v = m * 10 ** k;
-            if (v >= min && v <= max) {
-                out.push(v);
-            }
-        }
-    }
-    return out;
-}
