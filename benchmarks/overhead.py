@@ -29,6 +29,7 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "pyserver"))
 
 from gradsight.runtime import activations as _activations  # noqa: E402
+from gradsight.runtime import hooks as _hooks  # noqa: E402
 from gradsight.runtime import session as _session  # noqa: E402
 from gradsight.runtime.api import watch  # noqa: E402
 from gradsight.runtime.session import DEFAULT_EVERY  # noqa: E402
@@ -56,8 +57,10 @@ def _account(cls: type, name: str) -> None:
 
 # gradsight's callbacks on the training thread (op_counts.py instruments the same ones)
 CALLBACKS: tuple[tuple[type, str], ...] = (
-    *((_session.Session, name) for name in ("on_optimizer_pre", "on_optimizer_post", "on_backward_begin", "on_backward_end",
-                                            "on_zero_grad", "_on_root_forward")),
+    *((_session.Session, name) for name in ("on_optimizer_created", "on_optimizer_pre", "on_closure_end", "on_optimizer_post",
+                                            "on_backward_begin", "on_backward_end", "on_zero_grad", "on_clip", "on_scaled",
+                                            "on_scaler_step")),
+    *((_hooks.ForwardWatch, name) for name in ("_pre", "_post", "_root_post")),
     (_activations.ActivationRecorder, "_hook"), (_activations.ActivationRecorder, "_pre_hook"))
 for _cls, _name in CALLBACKS:
     _account(_cls, _name)

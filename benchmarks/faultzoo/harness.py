@@ -99,19 +99,23 @@ class Recorder:
             (unchanged if same else changed).add(name)
         return {
             "losses": list(self.losses),
-            "finite": all(v is not None and math.isfinite(v) for v in self.losses),
+            "finite": all(math.isfinite(v) for v in self.losses if v is not None),
             "n_steps": len(self.losses),
             "n_backward": self.n_backward,
             "modules": self.modules,
             "no_grad_steps": self.no_grad_steps,
             "unchanged_modules": sorted(unchanged - changed),
+            "param_modules": sorted(unchanged | changed),
             "lr_first_last": [self.lrs[0], self.lrs[-1]] if self.lrs else None,
             "lr_max": max(self.lrs) if self.lrs else None,
         }
 
 
-def main() -> int:
-    script, out = sys.argv[1], sys.argv[2]
+def record(script: str) -> dict:
+    """Run `script` as __main__ in this process with the recording hooks installed; return the record.
+
+    The hooks stay installed afterwards: call it in a process of its own (the manifest forks one per run).
+    """
     rec = Recorder()
     original = torch.autograd.backward
 
@@ -131,16 +135,18 @@ def main() -> int:
         if e.code not in (None, 0):
             error = f"SystemExit({e.code})"
     except BaseException as e:  # a crash is recorded, not raised: it is evidence
-        error = f"{type(e).__name__}: {e}"[:400] + "\n" + "".join(traceback.format_exc().splitlines(True)[-4:])[:800]
-    wall = time.perf_counter() - t0
+        tb = traceback.format_exc().strip().splitlines()
+        error = f"{type(e).__name__}: {str(e)[:300]}" + " | " + " ".join(t.strip() for t in tb[-3:-1])[:300]
     result = rec.report()
     result["error"] = error
-    result["seconds"] = round(wall, 2)
+    result["seconds"] = round(time.perf_counter() - t0, 2)
+    result["losses"] = [v if v is None or math.isfinite(v) else str(v) for v in result["losses"]]
+    return result
 
-    def clean(v):
-        return v if v is None or math.isfinite(v) else str(v)
 
-    result["losses"] = [clean(v) for v in result["losses"]]
+def main() -> int:
+    script, out = sys.argv[1], sys.argv[2]
+    result = record(script)
     with open(out, "w") as f:
         json.dump(result, f)
     return 0

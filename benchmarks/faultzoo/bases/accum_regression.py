@@ -41,7 +41,7 @@ def main():
     ap.add_argument("--micro-batch", type=int, default=16)
     ap.add_argument("--accum", type=int, default=4)
     ap.add_argument("--epochs", type=int, default=6)
-    ap.add_argument("--lr", type=float, default=0.02)
+    ap.add_argument("--lr", type=float, default=0.02)  # zoo: lr value=0.02
     args = ap.parse_args()
 
     torch.manual_seed(0)

@@ -1,41 +1,42 @@
-"""MLP classifier trained under CPU bf16 autocast.
+"""MLP classifier of small flattened uint8 images trained under CPU bf16 autocast.
 
-Family: MLP with LayerNorm and SiLU (residual hidden block), 8-class
-CrossEntropyLoss, AdamW; the forward and the loss run inside
+Family: MLP with SiLU and a residual hidden block, 8-class
+CrossEntropyLoss, SGD with momentum; the forward and the loss run inside
 `torch.autocast("cpu", dtype=torch.bfloat16)`, the weights stay float32.
-Style: a `main()` with a `for epoch ... for batch` loop over a DataLoader,
-a small `evaluate()`; mixed precision as the PyTorch AMP recipe writes it.
+Style: a `main()` with a `for epoch ... for batch` loop over a DataLoader;
+mixed precision as the PyTorch AMP recipe writes it; pixels scaled by 1/255.
 """
 import torch
 import torch.nn as nn
 from torch.utils.data import DataLoader, TensorDataset
 
 
-class ResidualMLP(nn.Module):
+class PixelMLP(nn.Module):
     def __init__(self, d_in, width, n_classes):
         super().__init__()
-        self.inp = nn.Linear(d_in, width)  # zoo: layer name=inp first=1 frozen=1 missing=1
-        self.norm = nn.LayerNorm(width)
-        self.hidden = nn.Linear(width, width)  # zoo: layer name=hidden missing=1
+        self.inp = nn.Linear(d_in, width)  # zoo: layer name=inp first=1 frozen=1 missing=1 init=1
+        self.hidden = nn.Linear(width, width)  # zoo: layer name=hidden missing=1 frozen=1
         self.act = nn.SiLU()
         self.cls = nn.Linear(width, n_classes)  # zoo: layer name=cls head=1 missing=1 new="nn.Linear(64, 8)"
 
     def forward(self, x):
-        h = self.act(self.norm(self.inp(x)))
+        h = self.act(self.inp(x))
         h = h + self.act(self.hidden(h))
         return self.cls(h)  # zoo: logits
 
 
 def main():
     torch.manual_seed(0)
-    n, d, classes = 2048, 32, 8
-    x = torch.randn(n, d)  # zoo: inputs var=x sparse=1
-    centers = torch.randn(classes, d) * 1.2
-    y = torch.cdist(x, centers).argmin(dim=1)  # zoo: targets var=y kind=class
+    n, d, classes = 2048, 64, 8
+    g = torch.Generator().manual_seed(0)
+    templates = torch.rand(classes, d, generator=g)
+    y = torch.randint(0, classes, (n,), generator=g)  # zoo: targets var=y kind=class
+    images = ((0.35 * templates[y] + 0.65 * torch.rand(n, d, generator=g)) * 255).to(torch.uint8)  # 8x8 grey images, flattened
+    x = images.float() / 255.0  # zoo: pixels
     loader = DataLoader(TensorDataset(x, y), batch_size=128, shuffle=True)
-    model = ResidualMLP(d, 64, classes)  # zoo: model var=model
+    model = PixelMLP(d, 64, classes)  # zoo: model var=model
     criterion = nn.CrossEntropyLoss()  # zoo: criterion kind=ce
-    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)  # zoo: optimizer var=optimizer kind=adamw
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)  # zoo: optimizer var=optimizer kind=sgd | lr value=0.05
     for epoch in range(8):  # zoo: loop
         model.train()  # zoo: train_mode
         for xb, yb in loader:

@@ -64,7 +64,7 @@ if __name__ == "__main__":
     loader = DataLoader(TransactionsDataset(), batch_size=64, shuffle=True)
     model = FraudNet(16)  # zoo: model var=model
     criterion = nn.BCEWithLogitsLoss()  # zoo: criterion kind=bce
-    optimizer = torch.optim.Adam(model.parameters(), lr=5e-3)  # zoo: optimizer var=optimizer kind=adam
+    optimizer = torch.optim.Adam(model.parameters(), lr=5e-3)  # zoo: optimizer var=optimizer kind=adam | lr value=5e-3
     scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=4, gamma=0.5)  # zoo: sched var=scheduler per=epoch
     for epoch in range(8):  # zoo: loop
         loss = train_one_epoch(model, loader, criterion, optimizer)

@@ -17,7 +17,7 @@ def build(channels=4, width=16):
         nn.Conv1d(channels, width, kernel_size=5, padding=2),  # zoo: layer name=0 first=1 frozen=1 missing=1
         nn.ReLU(),
         nn.MaxPool1d(2),
-        nn.Conv1d(width, width, kernel_size=5, padding=2),  # zoo: layer name=3 missing=1
+        nn.Conv1d(width, width, kernel_size=5, padding=2),  # zoo: layer name=3 missing=1 frozen=1
         nn.ReLU(),
         nn.AdaptiveMaxPool1d(1),
         nn.Flatten(),
@@ -48,9 +48,9 @@ def signals(n=768, length=64, seed=0):
     base = torch.exp(-rate * t) * torch.cos(0.4 * t + torch.rand(n, 1, generator=g) * 3)
     chans = [base * 500, base ** 2 * 50 + 20, torch.randn(n, length, generator=g), base.cumsum(1)]
     x = torch.stack(chans, dim=1)  # zoo: inputs var=x
-    y = rate * 10  # zoo: targets var=y kind=real
+    y = rate * 10  # zoo: targets var=y kind=real | broadcast old="rate * 10" new="rate.squeeze(1) * 10"
     mean, std = x.mean(dim=(0, 2), keepdim=True), x.std(dim=(0, 2), keepdim=True)
-    x = (x - mean) / std  # zoo: normalize
+    x = (x - mean) / std  # zoo: normalize zero="x[:, 2]"
     return x, y
 
 
@@ -59,6 +59,6 @@ if __name__ == "__main__":
     x, y = signals()
     loader = DataLoader(TensorDataset(x, y), batch_size=32, shuffle=True)
     model = build()  # zoo: model var=model
-    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)  # zoo: optimizer var=optimizer kind=adam
+    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)  # zoo: optimizer var=optimizer kind=adam | lr value=3e-3
     plateau = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer, factor=0.5, patience=1)  # zoo: sched var=plateau per=epoch plateau=1
     fit(model, loader, nn.MSELoss(), optimizer, epochs=6, scheduler=plateau)  # zoo: criterion kind=mse inline=1

@@ -34,7 +34,7 @@ class TinyLM(nn.Module):
         super().__init__()
         self.tok_emb = nn.Embedding(VOCAB, N_EMBD)  # zoo: layer name=tok_emb first=1 frozen=1
         self.pos_emb = nn.Embedding(BLOCK, N_EMBD)
-        self.blocks = nn.ModuleList([Block() for _ in range(N_LAYER)])  # zoo: layer name=blocks.1 missing=1
+        self.blocks = nn.ModuleList([Block() for _ in range(N_LAYER)])  # zoo: layer name=blocks.1 missing=1 | layer name=blocks.0 frozen=1 missing=1
         self.ln_f = nn.LayerNorm(N_EMBD)
         self.head = nn.Linear(N_EMBD, VOCAB, bias=False)  # zoo: layer name=head head=1 missing=1 new="nn.Linear(N_EMBD, VOCAB, bias=False)"
 
@@ -57,14 +57,14 @@ def get_batch(g, batch=16):
     return data[:, :-1], data[:, 1:]
 
 
-def train(steps=150, lr=5e-3):
+def train(steps=150, lr=5e-3):  # zoo: lr value=5e-3
     torch.manual_seed(1337)
     g = torch.Generator().manual_seed(1337)
     model = TinyLM()  # zoo: model var=model attn=blocks.0.attn,blocks.1.attn
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.1)  # zoo: optimizer var=optimizer kind=adamw
     for it in range(steps):  # zoo: loop
         xb, yb = get_batch(g)  # zoo: batch x=xb y=yb
-        logits, loss = model(xb, yb)  # zoo: forward
+        logits, loss = model(xb, yb)  # zoo: forward ids=1
         optimizer.zero_grad(set_to_none=True)  # zoo: zero_grad
         loss.backward()  # zoo: backward
         optimizer.step()  # zoo: step per=batch

@@ -40,10 +40,10 @@ def make_data(n, d, seed=1):
     return x, y
 
 
-def train(steps=200, batch=64, lr=0.05, width=64):
+def train(steps=200, batch=64, lr=0.05, width=64):  # zoo: lr value=0.05
     torch.manual_seed(0)
     x, y = make_data(2048, 8)
-    params = init_params([8, width, width, 1])  # zoo: model var=params functional=1
+    params = init_params([8, width, width, 1])  # zoo: model var=params functional=1 | layer name=layer0 first=1 init=1 sat=1 frozen=1 | layer name=layer1 init=1 missing=1 | layer name=layer2 head=1 missing=1
     opt = torch.optim.SGD(params.parameters(), lr=lr, momentum=0.9, nesterov=True)  # zoo: optimizer var=opt kind=sgd
     loss_fn = nn.MSELoss()  # zoo: criterion kind=mse
     for step in range(steps):  # zoo: loop

@@ -20,7 +20,7 @@ class Config:
     hidden: int = 32
     batch: int = 32
     steps: int = 150
-    lr: float = 5e-3
+    lr: float = 5e-3  # zoo: lr value=5e-3
     seed: int = 0
 
 
@@ -32,7 +32,7 @@ class SensorGRU(nn.Module):
 
     def forward(self, x):
         _, h = self.gru(x)
-        return self.head(h[-1]).squeeze(-1)  # zoo: logits
+        return self.head(h[-1]).squeeze(-1)  # zoo: logits | broadcast old=".squeeze(-1)" new=""
 
 
 def make_dataset(cfg):
@@ -44,7 +44,7 @@ def make_dataset(cfg):
     wave = amp * torch.sin(6.28 * freq * t + phase)
     x = torch.stack([wave * 40 + 200, torch.cumsum(wave, 1) * 3, torch.randn(cfg.n_series, cfg.length, generator=g) * 5], dim=-1)  # zoo: inputs var=x
     y = amp.squeeze(1) * freq.squeeze(1) / 5  # zoo: targets var=y kind=real
-    x = (x - x.mean(dim=(0, 1))) / x.std(dim=(0, 1))  # zoo: normalize
+    x = (x - x.mean(dim=(0, 1))) / x.std(dim=(0, 1))  # zoo: normalize zero="x[:, :, 2]"
     return x, y
 
 

@@ -43,14 +43,14 @@ def main():
     config = BertConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
                         intermediate_size=64, max_position_embeddings=16, num_labels=N_LABELS,
                         hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
-    model = BertForSequenceClassification(config)  # zoo: model var=model attn=bert.encoder.layer.0.attention.self,bert.encoder.layer.1.attention.self hf=bert | layer name=classifier head=1 missing=1 new="torch.nn.Linear(config.hidden_size, config.num_labels)" | layer name=bert.embeddings first=1 frozen=1 | layer name=bert.encoder.layer.1 missing=1
-    optimizer = torch.optim.AdamW(model.parameters(), lr=2e-3, weight_decay=0.01)  # zoo: optimizer var=optimizer kind=adamw
+    model = BertForSequenceClassification(config)  # zoo: model var=model attn=bert.encoder.layer.0.attention.self,bert.encoder.layer.1.attention.self hf=bert | layer name=classifier head=1 missing=1 new="torch.nn.Linear(config.hidden_size, config.num_labels)" | layer name=bert.embeddings first=1 frozen=1 | layer name=bert.encoder.layer.1 missing=1 | layer name=bert.encoder.layer.0 frozen=1
+    optimizer = torch.optim.AdamW(model.parameters(), lr=2e-3, weight_decay=0.01)  # zoo: optimizer var=optimizer kind=adamw | lr value=2e-3
     epochs = 8
     scheduler = torch.optim.lr_scheduler.LinearLR(optimizer, start_factor=1.0, end_factor=0.1, total_iters=epochs * len(loader))  # zoo: sched var=scheduler per=batch
     model.train()  # zoo: train_mode
     for epoch in range(epochs):  # zoo: loop
         for input_ids, attention_mask, labels in loader:
-            outputs = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels)  # zoo: forward
+            outputs = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels)  # zoo: forward ids=1
             loss = outputs.loss  # zoo: loss kind=ce_hf
             loss.backward()  # zoo: backward
             optimizer.step()  # zoo: step per=batch

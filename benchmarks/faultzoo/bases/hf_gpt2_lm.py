@@ -18,13 +18,13 @@ def copy_batch(g, batch, half, vocab):
 def main():
     torch.manual_seed(0)
     g = torch.Generator().manual_seed(0)
-    steps, warmup, batch, half, vocab = 150, 10, 16, 6, 16
+    steps, warmup, batch, half, vocab = 180, 5, 16, 6, 16
     config = GPT2Config(
         vocab_size=vocab, n_positions=2 * half, n_embd=32, n_layer=2, n_head=2,
         resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,  # zoo: dropout modules=transformer.drop,transformer.h.0.attn.attn_dropout,transformer.h.0.attn.resid_dropout,transformer.h.0.mlp.dropout,transformer.h.1.attn.attn_dropout,transformer.h.1.attn.resid_dropout,transformer.h.1.mlp.dropout config=1
     )
-    model = GPT2LMHeadModel(config)  # zoo: model var=model attn=transformer.h.0.attn,transformer.h.1.attn q=transformer.h.0.attn.c_attn,transformer.h.1.attn.c_attn hf=gpt2
-    optimizer = torch.optim.AdamW(model.parameters(), lr=5e-3, weight_decay=0.0)  # zoo: optimizer var=optimizer kind=adamw
+    model = GPT2LMHeadModel(config)  # zoo: model var=model attn=transformer.h.0.attn,transformer.h.1.attn q=transformer.h.0.attn.c_attn,transformer.h.1.attn.c_attn hf=gpt2 n_embd=32 | layer name=transformer.h.0.mlp.c_fc init=1 | layer name=transformer.h.1.mlp.c_proj init=1 | layer name=lm_head head=1
+    optimizer = torch.optim.AdamW(model.parameters(), lr=5e-3, weight_decay=0.0)  # zoo: optimizer var=optimizer kind=adamw | lr value=5e-3
     schedule = lambda s: min(1.0, (s + 1) / warmup)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)  # zoo: sched var=scheduler per=batch
 

@@ -9,7 +9,7 @@ import torch
 import torch.nn as nn
 
 CONFIG = {"vocab": 30, "seq_len": 16, "emb": 16, "hidden": 32, "classes": 4,
-          "batch": 32, "steps": 120, "lr": 1e-2, "clip": 1.0, "seed": 0}
+          "batch": 32, "steps": 120, "lr": 1e-2, "clip": 1.0, "seed": 0}  # zoo: lr value=1e-2
 
 
 def keyword_batches(cfg):
@@ -27,7 +27,7 @@ class LSTMClassifier(nn.Module):
     def __init__(self, vocab, emb, hidden, classes):
         super().__init__()
         self.embedding = nn.Embedding(vocab, emb)  # zoo: layer name=embedding first=1 init=1 frozen=1
-        self.lstm = nn.LSTM(emb, hidden, batch_first=True)  # zoo: layer name=lstm missing=1
+        self.lstm = nn.LSTM(emb, hidden, batch_first=True)  # zoo: layer name=lstm missing=1 init=1 sat=1 weight=weight_hh_l0
         self.head = nn.Linear(hidden, classes)  # zoo: layer name=head head=1 missing=1 init=1 new="nn.Linear(32, 4)"
 
     def forward(self, tokens):

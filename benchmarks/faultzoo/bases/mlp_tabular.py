@@ -31,7 +31,7 @@ class TabularNet(nn.Module):
         self.bn1 = nn.BatchNorm1d(d_hidden)
         self.fc2 = nn.Linear(d_hidden, d_hidden)  # zoo: layer name=fc2 init=1 relu=fc2 missing=1 frozen=1
         self.drop = nn.Dropout(0.1)  # zoo: dropout modules=drop,fc3
-        self.fc3 = nn.Linear(d_hidden, n_classes)  # zoo: layer name=fc3 head=1 missing=1 new="nn.Linear(d_hidden, n_classes)"
+        self.fc3 = nn.Linear(d_hidden, n_classes)  # zoo: layer name=fc3 head=1 missing=1 init=1 new="nn.Linear(d_hidden, n_classes)"
 
     def forward(self, x):
         x = F.relu(self.bn1(self.fc1(x)))  # zoo: act var=x prev=fc1 next=fc2 | cut var=x upstream=fc1,bn1
@@ -42,7 +42,7 @@ class TabularNet(nn.Module):
 
 model = TabularNet(D, 64, C)  # zoo: model var=model bn=bn1
 criterion = nn.CrossEntropyLoss()  # zoo: criterion kind=ce
-optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)  # zoo: optimizer var=optimizer kind=adam
+optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)  # zoo: optimizer var=optimizer kind=adam | lr value=3e-3
 
 model.train()  # zoo: train_mode
 for epoch in range(EPOCHS):  # zoo: loop

@@ -38,8 +38,8 @@ class ResNet(nn.Module):
         super().__init__()
         self.stem = nn.Conv2d(3, width, 3, 1, 1, bias=False)  # zoo: layer name=stem first=1 frozen=1 missing=1
         self.bn = nn.BatchNorm2d(width)
-        self.layer1 = self._make_layer(width, width, stride=1)  # zoo: layer name=layer1 missing=1
-        self.layer2 = self._make_layer(width, 2 * width, stride=2)
+        self.layer1 = self._make_layer(width, width, stride=1)  # zoo: layer name=layer1 missing=1 frozen=1
+        self.layer2 = self._make_layer(width, 2 * width, stride=2)  # zoo: layer name=layer2 missing=1
         self.fc = nn.Linear(2 * width, num_classes)  # zoo: layer name=fc head=1 missing=1 new="nn.Linear(16, 5)"
 
     @staticmethod
@@ -73,7 +73,7 @@ def main():
     model = ResNet()  # zoo: model var=model bn=bn,layer1.0.bn1,layer1.0.bn2,layer2.0.bn1,layer2.0.bn2,layer2.0.shortcut.1
     criterion = nn.CrossEntropyLoss()  # zoo: criterion kind=ce
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, nesterov=True, weight_decay=5e-4)  # zoo: optimizer var=optimizer kind=sgd
-    scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=0.1, total_steps=epochs * len(loader))  # zoo: sched var=scheduler per=batch onecycle=1
+    scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=0.1, total_steps=epochs * len(loader))  # zoo: sched var=scheduler per=batch onecycle=1 | lr value=0.1
     for epoch in range(epochs):  # zoo: loop
         model.train()  # zoo: train_mode
         for inputs, targets in loader:

@@ -17,12 +17,12 @@ y = torch.argmax(X @ W + 0.5 * torch.tanh(X[:, :5] * 3), dim=1)  # zoo: targets 
 model = nn.Sequential(  # zoo: model var=model relu=1,3
     nn.Linear(32, 128),  # zoo: layer name=0 first=1 init=1 relu=0,1 frozen=1 missing=1
     nn.ReLU(),
-    nn.Linear(128, 64),  # zoo: layer name=2 init=1 relu=2,3
+    nn.Linear(128, 64),  # zoo: layer name=2 init=1 relu=2,3 missing=1 frozen=1
     nn.ReLU(),
     nn.Linear(64, 5),  # zoo: layer name=4 head=1 missing=1 new="nn.Linear(64, 5)" seq=1
 )  # zoo: sequential_end
 loss_fn = nn.CrossEntropyLoss()  # zoo: criterion kind=ce
-opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)  # zoo: optimizer var=opt kind=sgd
+opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)  # zoo: optimizer var=opt kind=sgd | lr value=0.05
 
 for step in range(150):  # zoo: loop
     i = (step * 50) % 1500

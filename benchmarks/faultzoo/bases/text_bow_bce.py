@@ -29,7 +29,7 @@ def corpus(n_docs, vocab, doc_len, seed):
     g = torch.Generator().manual_seed(seed)
     polarity = torch.randn(vocab, generator=g)
     docs = torch.randint(0, vocab, (n_docs, doc_len), generator=g)
-    counts = torch.stack([torch.bincount(d, minlength=vocab) for d in docs]).float()  # zoo: inputs var=counts
+    counts = torch.stack([torch.bincount(d, minlength=vocab) for d in docs]).float()  # zoo: inputs var=counts sparse=1
     labels = (counts @ polarity > 0).float()  # zoo: targets var=labels kind=binary
     return counts, labels
 
@@ -38,7 +38,7 @@ def main():
     parser = argparse.ArgumentParser(description="toy sentiment classifier")
     parser.add_argument("--vocab", type=int, default=300)
     parser.add_argument("--epochs", type=int, default=6)
-    parser.add_argument("--lr", type=float, default=1e-3)
+    parser.add_argument("--lr", type=float, default=1e-3)  # zoo: lr value=1e-3
     args = parser.parse_args()
 
     torch.manual_seed(0)

@@ -14,19 +14,22 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset
 
-VOCAB, SEQ, D_MODEL, HEADS, LAYERS, CLASSES = 24, 12, 32, 2, 2, 3
-EPOCHS, BATCH, LR = 6, 32, 2e-3
+VOCAB, SEQ, D_MODEL, HEADS, LAYERS, CLASSES = 24, 14, 32, 2, 2, 3
+EPOCHS, BATCH, LR = 6, 32, 2e-3  # zoo: lr value=2e-3
 
 
-class KeywordDataset(Dataset):
-    """Token 0 is [CLS]; each sequence holds one keyword (tokens 1-3), the label, at a random place."""
+class MajorityDataset(Dataset):
+    """Token 0 is [CLS]; the label is the marker token (1-3) that occurs most often among filler tokens."""
 
     def __init__(self, n, seed=0):
         g = torch.Generator().manual_seed(seed)
-        self.x = torch.randint(CLASSES + 1, VOCAB, (n, SEQ), generator=g)
         self.y = torch.randint(0, CLASSES, (n,), generator=g)
-        pos = torch.randint(1, SEQ, (n,), generator=g)
-        self.x[torch.arange(n), pos] = self.y + 1
+        self.x = torch.randint(CLASSES + 1, VOCAB, (n, SEQ), generator=g)
+        for i in range(n):
+            others = [c for c in range(CLASSES) if c != self.y[i]]
+            markers = [int(self.y[i])] * 4 + others * 2
+            slots = torch.randperm(SEQ - 1, generator=g)[:len(markers)] + 1
+            self.x[i, slots] = torch.tensor(markers) + 1
         self.x[:, 0] = 0
 
     def __len__(self):
@@ -79,15 +82,15 @@ class Encoder(nn.Module):
         self.head = nn.Linear(D_MODEL, CLASSES)  # zoo: layer name=head head=1 missing=1 new="nn.Linear(D_MODEL, CLASSES)"
 
     def forward(self, tokens):
-        h = self.tok(tokens) + self.pos  # zoo: cut var=h upstream=tok,
+        h = self.tok(tokens) + self.pos  # zoo: cut var=h upstream=tok
         for block in self.blocks:
             h = block(h)
-        h = self.norm(h)[:, 0]  # zoo: cut var=h upstream=tok,,blocks,blocks.0,blocks.1,norm
+        h = self.norm(h)[:, 0]  # zoo: cut var=h upstream=tok,blocks,blocks.0,blocks.1,norm
         return self.head(h)  # zoo: logits
 
 
 torch.manual_seed(0)
-loader = DataLoader(KeywordDataset(512), batch_size=BATCH, shuffle=True)
+loader = DataLoader(MajorityDataset(512), batch_size=BATCH, shuffle=True)
 model = Encoder()  # zoo: model var=model attn=blocks.0.attn,blocks.1.attn q=blocks.0.attn.q,blocks.1.attn.q k=blocks.0.attn.k,blocks.1.attn.k
 optimizer = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=0.01)  # zoo: optimizer var=optimizer kind=adamw
 scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=EPOCHS * len(loader))  # zoo: sched var=scheduler per=batch

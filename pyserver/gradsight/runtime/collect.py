@@ -50,9 +50,17 @@ def module_values(layout: Layout, l2: np.ndarray) -> dict[str, np.ndarray]:
     return {"grad_norm": norm, "grad_present": layout.module_has_params}
 
 
-def common(layout: Layout, losses: list[torch.Tensor], *, defer: bool, ring: Ring, step: int, meta: dict[str, object]
-           ) -> tuple[gs.GradSample, dict[str, np.ndarray], np.ndarray | None] | Pending | None:
-    """The common step: the fused L2 norm of every gradient (and the losses) in one copy. A :class:`Pending`
+def host_losses(fetched: np.ndarray | None, on_host: list[float]) -> np.ndarray | None:
+    """The step's loss values on the host: those copied with the step's values and those read at backward."""
+    if not on_host:
+        return fetched
+    known = np.asarray(on_host, dtype=np.float64)
+    return known if fetched is None or not len(fetched) else np.concatenate([known, fetched.astype(np.float64)])
+
+
+def common(layout: Layout, losses: list[torch.Tensor], on_host: list[float], *, defer: bool, ring: Ring, step: int,
+           meta: dict[str, object]) -> tuple[gs.GradSample, dict[str, np.ndarray], np.ndarray | None] | Pending | None:
+    """The common step: the fused L2 norm of every gradient (and the device losses) in one copy. A :class:`Pending`
     when its reading is deferred; None when the general path is needed (a gradient is missing, say)."""
     if layout.sparse:
         return None
@@ -70,28 +78,21 @@ def common(layout: Layout, losses: list[torch.Tensor], *, defer: bool, ring: Rin
         vec = vec.float()
     on_cpu = vec.device.type == "cpu"
     n = len(grads)
-    loss_vec = None
-    if losses:
+    if losses:  # (a CPU loss was read at backward: only an accelerator's comes here)
         if any(t.device != vec.device for t in losses):
             return None
         loss_vec = (losses[0].reshape(1) if len(losses) == 1 else torch.stack([t.reshape(()) for t in losses])).to(torch.float32)
-    if loss_vec is not None and (defer or not on_cpu):  # one copy to the host for both
-        vec = torch.cat([vec, loss_vec])
+        vec = torch.cat([vec, loss_vec])  # one copy to the host for both
     if defer:
         host, event = ring.start_copy(vec)
-        return pending(step, host, event, n, **meta)  # type: ignore[arg-type]
+        return pending(step, host, event, n, on_host=on_host, **meta)  # type: ignore[arg-type]
     flat = vec.numpy() if on_cpu else vec.cpu().numpy()
     l2 = flat[:n].astype(np.float64)  # (squares of norms beyond 1.8e19 overflow float32)
-    if loss_vec is None:
-        loss_host = None
-    elif on_cpu:
-        loss_host = loss_vec.numpy()
-    else:
-        loss_host = flat[n:]
-    return gs.GradSample(layout.all_params, True, l2), module_values(layout, l2), loss_host
+    return gs.GradSample(layout.all_params, True, l2), module_values(layout, l2), host_losses(flat[n:] if losses else None, on_host)
 
 
-def general(w: Watched, transfer: gs.Transfer, losses: list[torch.Tensor], *, sampled: bool, prebw: torch.Tensor | None,
+def general(w: Watched, transfer: gs.Transfer, losses: list[torch.Tensor], on_host: list[float], *, sampled: bool,
+            prebw: torch.Tensor | None,
             input_stats: torch.Tensor | None, keep_work_space: bool) -> tuple[gs.GradSample, dict[str, np.ndarray], dict[str, np.ndarray],
                                                                                list[tuple[int, int, int, int]]]:
     """Every other step: gradients (finer statistics when sampled), activation rows, input statistics,
@@ -112,6 +113,9 @@ def general(w: Watched, transfer: gs.Transfer, losses: list[torch.Tensor], *, sa
         rec.disarm(keep_work_space=keep_work_space)
         act_ids = rec.take(transfer.add)
     host = transfer.fetch()
+    loss = host_losses(host.get("loss"), on_host)
+    if loss is not None:
+        host["loss"] = loss
     sample = gs.read_grads(layout, host, idx)
     mods = gs.per_module(layout, sample)
     mods["grad_present"] = layout.module_has_params if sample.all_present else layout.member @ sample.present.astype(np.float64)
@@ -119,8 +123,9 @@ def general(w: Watched, transfer: gs.Transfer, losses: list[torch.Tensor], *, sa
 
 
 def from_pending(layout: Layout, p: Pending) -> Collected:
-    l2, losses = p.values()
-    return Collected(p.step, gs.GradSample(layout.all_params, True, l2), module_values(layout, l2), losses if len(losses) else None,
+    l2, fetched = p.values()
+    losses = host_losses(fetched if len(fetched) else None, p.on_host)
+    return Collected(p.step, gs.GradSample(layout.all_params, True, l2), module_values(layout, l2), losses,
                      False, p.lr, p.zeroed, p.n_backward, p.when, p.wall, explicit_loss=p.explicit_loss, loss_factor=p.loss_factor,
                      clip_limit=p.clip_limit, amp_scale=p.amp_scale)
 

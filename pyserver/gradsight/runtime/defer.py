@@ -8,7 +8,7 @@ then, so the host never waits for the device. Triggers still name the step the v
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -32,6 +32,7 @@ class Pending:
     clip_limit: float | None = None
     amp_scale: float | None = None
     loss_factor: float = 1.0
+    on_host: list[float] = field(default_factory=list)  # loss values read at backward (CPU losses)
 
     def values(self) -> tuple[np.ndarray, np.ndarray]:
         """(norms as float64, losses) once the copy has landed (waits for it when it has not)."""
@@ -62,6 +63,6 @@ class Ring:
 
 
 def pending(step: int, host: torch.Tensor, event: Any, n: int, *, explicit_loss: float | None, lr: float | None, n_backward: int,
-            zeroed: int | None, clip_limit: float | None, amp_scale: float | None, loss_factor: float) -> Pending:
+            zeroed: int | None, clip_limit: float | None, amp_scale: float | None, loss_factor: float, on_host: list[float]) -> Pending:
     return Pending(step, host, event, n, explicit_loss, lr, n_backward, zeroed, time.perf_counter(), time.time(), clip_limit, amp_scale,
-                   loss_factor)
+                   loss_factor, list(on_host))

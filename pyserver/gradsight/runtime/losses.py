@@ -47,7 +47,9 @@ class StepLoss:
     """The backward tensors of the current step, and what replaces them."""
 
     def __init__(self) -> None:
-        self.tensors: list[torch.Tensor] = []  # what was back-propagated (unscaled), detached
+        # what was back-propagated (unscaled): its value on the host already for a CPU loss (one read, which the
+        # step needs anyway), else the detached tensor, brought over with the step's other values
+        self.values: list[float | torch.Tensor] = []
         self.divisors: list[float | None] = []  # and the constant it was divided by, if any
         self.closure: torch.Tensor | float | None = None  # the first closure result of a closure step
         self.explicit: float | None = None  # gradsight.log(loss=...)
@@ -73,7 +75,9 @@ class StepLoss:
         known = self._unscaled(loss)
         if known is not None:
             loss, self.scale = known
-        self.tensors.append(loss.detach())
+        detached = loss.detach()
+        on_host = detached.device.type == "cpu" and detached.dtype in (torch.float32, torch.float64, torch.float16, torch.bfloat16)
+        self.values.append(float(detached) if on_host else detached)
         self.divisors.append(divisor(loss))
 
     def close_over(self, result: Any) -> None:
@@ -83,24 +87,25 @@ class StepLoss:
 
     @property
     def n(self) -> int:
-        return len(self.tensors)
+        return len(self.values)
 
-    def device_values(self) -> list[torch.Tensor]:
-        """The tensors whose mean (times :meth:`factor`) is the step's loss, brought to the host with the
-        step's other values."""
-        if isinstance(self.closure, torch.Tensor):
-            return [self.closure]
-        return self.tensors
+    def split(self) -> tuple[list[torch.Tensor], list[float]]:
+        """(tensors to bring to the host, values on it already): their mean times :meth:`factor` is the step's loss."""
+        chosen: list[float | torch.Tensor] = [self.closure] if isinstance(self.closure, torch.Tensor) else self.values
+        return [v for v in chosen if isinstance(v, torch.Tensor)], [v for v in chosen if not isinstance(v, torch.Tensor)]
+
+    def last(self) -> float | torch.Tensor | None:
+        return self.values[-1] if self.values else None
 
     def factor(self) -> float:
         """``n`` when each of the step's ``n`` backward tensors was divided by ``n`` (accumulation), else 1."""
-        n = len(self.tensors)
+        n = len(self.values)
         if self.closure is None and n > 1 and all(d is not None and abs(d - n) <= ACCUMULATION_TOLERANCE * n for d in self.divisors):
             return float(n)
         return 1.0
 
     def reset(self) -> None:
-        self.tensors, self.divisors = [], []
+        self.values, self.divisors = [], []
         self.closure = None
         self.explicit = None
         self.scale = None

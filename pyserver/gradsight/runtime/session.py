@@ -197,7 +197,8 @@ class Session:
         """The loss of the step in progress so far (host read), for a breakpoint condition."""
         if self.loss.explicit is not None:
             return self.loss.explicit
-        values = [float(t) for t in self.loss.device_values()]
+        tensors, on_host = self.loss.split()
+        values = [float(t) for t in tensors] + on_host
         return float(np.mean(values)) * self.loss.factor() if values else None
 
     def mark_step(self) -> None:
@@ -441,7 +442,7 @@ class Session:
         layout = w.layout
         step = self.step
         sampled = self._sampled(step)
-        losses = self.loss.device_values()
+        losses, on_host = self.loss.split()
         explicit = self.loss.explicit if self.loss.explicit is not None else (
             self.loss.closure if isinstance(self.loss.closure, float) else None)
         zeroed = self._zeroed_flag({})
@@ -449,7 +450,7 @@ class Session:
             device = layout.params[0].device if layout.params else torch.device("cpu")
             meta: dict[str, object] = {"explicit_loss": explicit, "lr": self._lr(), "n_backward": self._n_backward, "zeroed": zeroed,
                                        "clip_limit": self._clip_limit, "amp_scale": None, "loss_factor": self.loss.factor()}
-            fast = col.common(layout, losses, defer=self._deferring(device), ring=self._ring, step=step, meta=meta)
+            fast = col.common(layout, losses, on_host, defer=self._deferring(device), ring=self._ring, step=step, meta=meta)
             if isinstance(fast, Pending):
                 return fast
             if fast is not None:
@@ -460,7 +461,7 @@ class Session:
         if self.loss.scale is not None:
             self._transfer.add("amp_scale", self.loss.scale.reshape(1))
         stats, self._input_stats = self._input_stats, None
-        sample, mods, host, act_ids = col.general(w, self._transfer, losses, sampled=sampled, prebw=self._prebw, input_stats=stats,
+        sample, mods, host, act_ids = col.general(w, self._transfer, losses, on_host, sampled=sampled, prebw=self._prebw, input_stats=stats,
                                                   keep_work_space=self._sampled(step + 1))
         self._take_recorder_extras(w, step)
         when, wall = col.now()
@@ -489,14 +490,15 @@ class Session:
         self._step_open = True
         if w is None:  # no model known: the loss alone
             t = self._transfer
-            losses = self.loss.device_values()
+            losses, on_host = self.loss.split()
             if losses:
                 t.add("loss", [x.float().reshape(()) for x in losses])
             if self._prebw is not None:
                 t.add("prebw", [self._prebw])
             host = t.fetch()
             explicit = self.loss.explicit
-            loss = explicit if explicit is not None else (float(np.mean(host["loss"])) * self.loss.factor() if "loss" in host else None)
+            values = col.host_losses(host.get("loss"), on_host)
+            loss = explicit if explicit is not None else (float(np.mean(values)) * self.loss.factor() if values is not None else None)
             self._write_step(StepRow(self.step, time.time(), self._duration(), loss, self._lr(), None, None, False, self._n_backward,
                                      self._zeroed_flag(host), False, None if loss is None else int(math.isfinite(loss)), self._skipped))
             return
@@ -640,13 +642,11 @@ class Session:
     def _find_nan_origin(self, loss: torch.Tensor, w: Watched) -> None:
         """A non-finite loss: find where it started in the graph now, before backward() frees it. Read on
         the host for free on the CPU; on an accelerator only on measured steps (the read would wait)."""
-        detached = self.loss.tensors[-1] if self.loss.tensors else loss.detach()
-        if detached.device.type == "cpu":
-            if detached.dtype not in (torch.float32, torch.float64, torch.float16):
-                return
-            value = float(detached.numpy().reshape(-1)[0])
-        elif w.recorder.armed:
-            value = float(detached)
+        last = self.loss.last()
+        if isinstance(last, float):
+            value = last  # (a CPU loss: read once, at backward)
+        elif isinstance(last, torch.Tensor) and w.recorder.armed:
+            value = float(last)
         else:
             return
         if math.isfinite(value):
