@@ -128,7 +128,9 @@ class CallIndex:
             if hit is not None:
                 return hit
         starting = [s for (ln, _), s in self.by_position.items() if ln == line]
-        return min(starting, key=lambda s: s.col) if len(starting) == 1 or col is None and starting else None
+        if len(starting) == 1 or (col is None and starting):
+            return min(starting, key=lambda s: s.col)  # no column known: the outermost call of the line
+        return None
 
     def find(self, key: str) -> CallSite | None:
         scope, callee, index = parse_key(key)
