@@ -43,7 +43,7 @@ async def test_panel_data(client: LanguageClient, attention_ws: Path):
     d = await command(client, "gradsight.panelData", {"maxColumns": 600})
     assert finite_json(d)
     run, g = d["run"], d["gradients"]
-    assert run["name"].endswith(".db") and run["script"].endswith("train.py") and run["anomaly"] == {"step": 15, "trigger": "loss_spike"}
+    assert run["name"].endswith(".db") and run["script"].endswith("train.py") and run["anomaly"] == {"step": 15, "trigger": "loss_spike", "title": "loss spike"}
     assert g["range"] == [0, 29] and g["steps"] == list(range(30)) and not g["bucketed"]
     labels = [r["label"] for r in g["rows"]]
     assert labels[0] == "embed" and "attn.query" in labels and labels[-1] == "head"

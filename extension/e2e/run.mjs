@@ -388,22 +388,23 @@ async function scenario(page, port) {
 
     await step(page, 'export the view as PNG and the run as the PDF report', null, async () => {
         const f = await frameWith(page, '#export-png', 30000, 'the panel');
+        // the save dialog proposes <workspace>/<file>: accept it, as a user would
         const save = async (file, complete) => {
             const input = page.locator('.quick-input-widget input:visible').first();
             await input.waitFor({ state: 'visible', timeout: 30000 });
-            await input.fill(join(WS, file));
+            await waitFor(async () => (await input.inputValue()).endsWith(file), 30000, `the dialog to propose ${file}`);
             await page.keyboard.press('Enter');
             return waitFor(() => {
                 try { const b = readFileSync(join(WS, file)); return complete(b) ? b : null; } catch { return null; }
             }, 60000, `${file} written`);
         };
         await f.locator('#export-png').click();
-        const png = await save('projection.png', (b) => b.includes('IEND'));
-        if (png.subarray(1, 4).toString() !== 'PNG' || png.length < 5000) { throw new Error(`projection.png is not a picture (${png.length} bytes)`); }
+        const png = await save('gradsight-projection.png', (b) => b.includes('IEND'));
+        if (png.subarray(1, 4).toString() !== 'PNG' || png.length < 5000) { throw new Error(`the PNG is not a picture (${png.length} bytes)`); }
         await palette(page, "gradsight: Export the Run's PDF Report");
-        const pdf = await save('report.pdf', (b) => b.subarray(-1024).includes('%%EOF'));
-        if (pdf.subarray(0, 5).toString() !== '%PDF-') { throw new Error('report.pdf is not a PDF'); }
-        log(`exported projection.png (${png.length} bytes) and report.pdf (${pdf.length} bytes)`);
+        const pdf = await save('gradsight-report.pdf', (b) => b.subarray(-1024).includes('%%EOF'));
+        if (pdf.subarray(0, 5).toString() !== '%PDF-') { throw new Error('the report is not a PDF'); }
+        log(`exported gradsight-projection.png (${png.length} bytes) and gradsight-report.pdf (${pdf.length} bytes)`);
     });
 }
 

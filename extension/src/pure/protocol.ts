@@ -11,7 +11,7 @@ export interface RunInfo {
     step: number | null;
     model: string | null;
     health: number | null;
-    anomaly: { step: number; trigger: string } | null;
+    anomaly: { step: number; trigger: string; title?: string } | null;
     rootCause: { module: string; kind: string; confidence: number; path: string[] } | null;
     error: string | null;
 }
@@ -142,7 +142,7 @@ export function runTitle(r: RunInfo): string {
         parts.push(`model health ${r.health}`);
     }
     if (r.anomaly) {
-        parts.push(`${r.anomaly.trigger} at step ${r.anomaly.step}`);
+        parts.push(`${r.anomaly.title ?? r.anomaly.trigger} at step ${r.anomaly.step}`);
     }
     return parts.join(' · ');
 }

@@ -11,6 +11,7 @@ from typing import Any
 
 from ..conditions import ConditionError, parse
 from ..conditions.parser import LAYER_METRICS
+from .render import anomaly_name
 from .runs import RunView
 
 PICTURES = ("heatmap", "gradient_flow", "histogram", "attention", "projection", "loss_curve")
@@ -166,7 +167,7 @@ def run_info(view: RunView) -> dict[str, Any]:
     a = d.get("anomaly") or None
     return {"path": view.path, "name": os.path.basename(view.path), "script": run.get("script"), "status": view.status,
             "started": run.get("started"), "step": view.last_step, "model": run.get("model"), "health": d.get("health"),
-            "anomaly": None if not a else {"step": a.get("step"), "trigger": a.get("trigger")},
+            "anomaly": None if not a else {"step": a.get("step"), "trigger": a.get("trigger"), "title": anomaly_name(view, a)},
             "rootCause": d.get("root_cause"), "error": view.error}
 
 

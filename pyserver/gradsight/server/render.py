@@ -109,13 +109,21 @@ def summary(view: RunView, entry: LineLayers) -> str:
     return " · ".join(parts)
 
 
+def anomaly_name(view: RunView, a: dict[str, Any]) -> str:
+    """What caught the anomaly, in words: a trigger's label, or ``breakpoint grad_norm > 50`` for a tensor breakpoint."""
+    ev = next((e for e in view.events() if e.step == a.get("step") and e.name == a.get("trigger") and e.kind == "breakpoint"), None)
+    if ev is not None:
+        return f"breakpoint {ev.condition}" if ev.condition else "breakpoint"
+    return label(str(a.get("trigger", "")))
+
+
 def model_summary(view: RunView) -> str:
     """``model health 12 · loss_spike at step 79 · root cause model[0] exploding``."""
     d = view.diagnosis or {}
     parts = [f"model health {d.get('health', '-')}"]
     a = d.get("anomaly")
     if a:
-        parts.append(f"{label(a['trigger'])} at step {a['step']}")
+        parts.append(f"{anomaly_name(view, a)} at step {a['step']}")
     rc = d.get("root_cause")
     if rc:
         parts.append(f"root cause {display(view, rc['module'])} {label(rc['kind'])}")
@@ -257,7 +265,7 @@ def run_lines(view: RunView) -> list[str]:
     out.append("")
     if a:
         detail = anomaly_detail(a)
-        out.append(f"**Anomaly**: {label(a['trigger'])} at step {a['step']}" + (f" ({detail})" if detail else ""))
+        out.append(f"**Anomaly**: {anomaly_name(view, a)} at step {a['step']}" + (f" ({detail})" if detail else ""))
     else:
         out.append("No anomaly caught.")
     rc = d.get("root_cause")
