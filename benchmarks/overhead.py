@@ -28,7 +28,6 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "pyserver"))
 
-from gradsight.runtime import activations as _activations  # noqa: E402
 from gradsight.runtime import hooks as _hooks  # noqa: E402
 from gradsight.runtime import session as _session  # noqa: E402
 from gradsight.runtime.api import watch  # noqa: E402
@@ -60,8 +59,8 @@ CALLBACKS: tuple[tuple[type, str], ...] = (
     *((_session.Session, name) for name in ("on_optimizer_created", "on_optimizer_pre", "on_closure_end", "on_optimizer_post",
                                             "on_backward_begin", "on_backward_end", "on_zero_grad", "on_clip", "on_scaled",
                                             "on_scaler_step")),
-    *((_hooks.ForwardWatch, name) for name in ("_pre", "_post", "_root_post")),
-    (_activations.ActivationRecorder, "_hook"), (_activations.ActivationRecorder, "_pre_hook"))
+    # (the activation recorder runs inside these two: they are its hooks)
+    *((_hooks.ForwardWatch, name) for name in ("_pre", "_post")))
 for _cls, _name in CALLBACKS:
     _account(_cls, _name)
 

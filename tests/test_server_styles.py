@@ -113,13 +113,12 @@ async def test_factory_function_model(client: LanguageClient, workspaces: dict[s
 async def test_wrapped_model(client: LanguageClient, workspaces: dict[str, Path], style: str):
     uri, text, records = await session(client, workspaces[style])
     lines = by_line(records)
-    inner = "module" if style == "ddp" else "_orig_mod"
     fc1 = lines[line_of(text, "self.fc1 = nn.Linear(16, 64)")]
-    assert fc1.module == f"{inner}.fc1" and fc1.label == "fc1" and fc1.severity == "error"
+    assert fc1.module == "fc1" and fc1.label == "fc1" and fc1.severity == "error"  # the wrapper unwrapped to the user's names
     wrap = "DistributedDataParallel(Net())" if style == "ddp" else "torch.compile(Net()"
     model = lines[line_of(text, wrap)]
     assert model.model and model.health < 100
     value = await hover(client, uri, line_of(text, "self.fc1 = nn.Linear(16, 64)"))
-    assert value is not None and f"`fc1` (`{inner}.fc1`) (Linear)" in value and "exploding" in value
+    assert value is not None and "`fc1` (Linear)" in value and "exploding" in value
     diags = await until(lambda: client.diagnostics.get(uri), what="diagnostics on train.py")
     assert any(d.range.start.line == line_of(text, "self.fc1 = nn.Linear(16, 64)") for d in diags)

@@ -47,9 +47,9 @@ import ast
 import math
 import re
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 HERE = Path(__file__).resolve().parent
 BASES_DIR = HERE / "bases"
@@ -179,20 +179,20 @@ class Edit:
         ind = self.base.indent(line) + extra
         return [ind + c if c else c for c in code]
 
-    def insert_after(self, line: int, *code: str) -> "Edit":
+    def insert_after(self, line: int, *code: str) -> Edit:
         end = self.base.end(line)
         self.after.setdefault(end, []).extend(self._indented(line, list(code)))
         return self
 
-    def insert_before(self, line: int, *code: str) -> "Edit":
+    def insert_before(self, line: int, *code: str) -> Edit:
         self.before.setdefault(line, []).extend(self._indented(line, list(code)))
         return self
 
-    def replace(self, line: int, *new_lines: str) -> "Edit":
+    def replace(self, line: int, *new_lines: str) -> Edit:
         self.replaced[line] = list(new_lines)
         return self
 
-    def sub(self, line: int, old: str, new: str, count: int = 1) -> "Edit":
+    def sub(self, line: int, old: str, new: str, count: int = 1) -> Edit:
         text = self.replaced.get(line, [self.base.lines[line]])
         joined = "\n".join(text)
         if old not in joined:
@@ -200,7 +200,7 @@ class Edit:
         self.replaced[line] = joined.replace(old, new, count).split("\n")
         return self
 
-    def resub(self, line: int, pattern: str, new: str, count: int = 1) -> "Edit":
+    def resub(self, line: int, pattern: str, new: str, count: int = 1) -> Edit:
         text = "\n".join(self.replaced.get(line, [self.base.lines[line]]))
         out, n = re.subn(pattern, new, text, count=count)
         if not n:
@@ -208,13 +208,13 @@ class Edit:
         self.replaced[line] = out.split("\n")
         return self
 
-    def delete(self, line: int) -> "Edit":
+    def delete(self, line: int) -> Edit:
         end = self.base.end(line)
         for i in range(line, end + 1):
             self.replaced[i] = []
         return self
 
-    def wrap(self, line: int, header: str) -> "Edit":
+    def wrap(self, line: int, header: str) -> Edit:
         """Put the statement starting at `line` in a block opened by `header`."""
         end = self.base.end(line)
         self.before.setdefault(line, []).extend(self._indented(line, [header]))
@@ -229,7 +229,7 @@ class Edit:
             out.extend(self.before.get(i, []))
             out.extend(self.replaced.get(i, [line]))
             out.extend(self.after.get(i, []))
-        text = "\n".join(l.rstrip() for l in out) + "\n"
+        text = "\n".join(line.rstrip() for line in out) + "\n"
         ast.parse(text)  # a mutant must at least be Python
         return text
 
@@ -604,7 +604,8 @@ def warmup_bump(base: Base) -> list[Variant] | None:
     if base.name not in BASE_STEPS or any(m.flag("onecycle") or m.flag("plateau") for m in base.all("sched")):
         return None
     e = Edit(base)
-    _install_scheduler(base, e, f"torch.optim.lr_scheduler.OneCycleLR({{opt}}, max_lr={nice(3 * lr_value(base))}, total_steps={BASE_STEPS[base.name]})", "scheduler")
+    ctor = f"torch.optim.lr_scheduler.OneCycleLR({{opt}}, max_lr={nice(3 * lr_value(base))}, total_steps={BASE_STEPS[base.name]})"
+    _install_scheduler(base, e, ctor, "scheduler")
     return [Variant("", e.source(), None)]
 
 
@@ -910,7 +911,8 @@ def labels_shifted_twice(base: Base) -> list[Variant] | None:
     return [Variant("", e.source(), answers("loss", "loss_target_mismatch"))]
 
 
-@operator("bce_targets_out_of_range", "loss_function", 5, "Why class 5 (targets outside [0, 1] for a binary cross-entropy: labels as -1/+1, images scaled to [-1, 1])",
+@operator("bce_targets_out_of_range", "loss_function", 5,
+          "Why class 5 (targets outside [0, 1] for a binary cross-entropy: labels as -1/+1, images scaled to [-1, 1])",
           expects="loss / loss_target_mismatch")
 def bce_targets_out_of_range(base: Base) -> list[Variant] | None:
     """Feed BCEWithLogitsLoss targets in [-1, 1] (SVM-style labels, or images normalised for a tanh generator)."""
@@ -923,7 +925,9 @@ def bce_targets_out_of_range(base: Base) -> list[Variant] | None:
     return [Variant("", e.source(), answers("loss", "loss_target_mismatch"))]
 
 
-@operator("sigmoid_output_for_regression", "loss_function", 5, "Why class 5 (an output range that cannot reach the targets: sigmoid output, standardised targets); DeepCrime 'change activation function' of the output",
+@operator("sigmoid_output_for_regression", "loss_function", 5,
+          "Why class 5 (an output range that cannot reach the targets: sigmoid output, standardised targets); "
+          "DeepCrime 'change activation function' of the output",
           expects="loss / loss_target_mismatch, or the output layer / saturation")
 def sigmoid_output_for_regression(base: Base) -> list[Variant] | None:
     """End a regression model in a sigmoid while its MSE targets are standardised (half of them negative)."""
@@ -939,9 +943,8 @@ def l2_penalty_dominant(base: Base) -> list[Variant] | None:
     lm = need(base.one("loss"))
     if base.lines[lm.line].strip().startswith("return "):
         return None
-    ind = "" if lm.get("ret") else ""
     code = f"loss = loss + 1.0 * sum(p.pow(2).sum() for p in {base.model_var()}.parameters())"
-    src = Edit(base).insert_after(lm.line, ind + code).source()
+    src = Edit(base).insert_after(lm.line, code).source()
     return [Variant("", src, answers(["optimizer", "loss"], "weight_decay_too_high"))]
 
 
@@ -1270,7 +1273,8 @@ def target_broadcast(base: Base) -> list[Variant] | None:
     return [Variant("", e.source(), answers("loss", "loss_target_mismatch"))]
 
 
-@operator("output_layer_scale_x30", "loss_computation", 5, "Why class 5 (an initial loss far from ln C); DeepCrime 'change weights initialisation' on the output layer",
+@operator("output_layer_scale_x30", "loss_computation", 5,
+          "Why class 5 (an initial loss far from ln C); DeepCrime 'change weights initialisation' on the output layer",
           expects="the output layer / poor_initialization or activation_out_of_range")
 def output_layer_scale_x30(base: Base) -> list[Variant] | None:
     """Scale the classifier's initial weights by 30: the first loss is many times ln C."""

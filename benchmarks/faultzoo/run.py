@@ -65,9 +65,9 @@ class Verdict:
     kind_right: bool  # faulty runs: the root cause names an expected kind (any module)
     got: str  # what the diagnosis answered, in words
     confidence: float | None  # the root cause's confidence; None without a root cause
-    no_root_cause: bool
+    no_root_cause: bool  # a diagnosis that names no root cause
     false_alarm: bool  # healthy runs: a root cause or an error finding
-    reason: str = ""
+    reason: str = ""  # why there is no diagnosis at all (the run failed); "" otherwise
 
 
 def error_findings(diagnosis: dict[str, Any]) -> list[tuple[str, str]]:
@@ -85,7 +85,7 @@ def score(expected: list[dict[str, str]] | None, diagnosis: dict[str, Any] | Non
     crashed, wrote no store or could not be diagnosed: always wrong.
     """
     if diagnosis is None:
-        return Verdict(False, False, False, f"no diagnosis ({failure})", None, True, expected is None, failure)
+        return Verdict(False, False, False, f"no diagnosis ({failure})", None, False, False, failure or "no diagnosis")
     rc = diagnosis.get("root_cause")
     conf = float(rc["confidence"]) if rc and rc.get("confidence") is not None else None
     if expected is None:
@@ -275,7 +275,7 @@ def expected_words(entry: dict[str, Any]) -> str:
 def print_line(r: dict[str, Any], width: int) -> None:
     v: Verdict = r["verdict"]
     conf = "  -  " if v.confidence is None else f"{v.confidence:.2f}"
-    mark = "right" if v.right else ("FALSE ALARM" if v.false_alarm else "wrong")
+    mark = "right" if v.right else ("FALSE ALARM" if v.false_alarm else ("FAILED" if v.reason else "wrong"))
     print(f"{r['id']:<{width}} expected {expected_words(r):<48} got {v.got:<44} conf {conf}  {mark}"
           + (f"  [{v.reason[:160]}]" if v.reason else "") + f"  ({r['seconds']:.0f} s)", flush=True)
 

@@ -48,7 +48,7 @@ def generate_all() -> list[tuple[str, ops.Mutant]]:
     out = []
     for half, spec in split.items():
         fams = set(spec["families"])
-        for m in ops.generate(spec["bases"], pairs=lambda b, op: op.family in fams):
+        for m in ops.generate(spec["bases"], pairs=lambda b, op, fams=fams: op.family in fams):
             out.append((half, m))
     return out
 

@@ -164,76 +164,101 @@ class Detector:
                          direct=kind != "dead_units" or "dead" in (e.condition or "") and "grad" not in (e.condition or ""))
 
     def nonfinite(self) -> None:
-        """Where non-finite values first appear: the input, a module's output, the loss, or a gradient."""
-        bad_loss = np.flatnonzero(self.d.steps["loss_finite"] == 0)
-        steps_a, act_nan = self.sampled("act_nan")
-        first_act: tuple[int, int] | None = None
-        if act_nan.size:
-            for r, st in enumerate(steps_a):
-                row = np.nan_to_num(act_nan[r], nan=0.0)
-                if row.any():
-                    bad = {int(i) for i in np.flatnonzero(row > 0)}
-                    # a container's output is bad when a child's is: take modules with no bad descendant
-                    inner = [i for i in bad if not any(j != i and (not self.names[i] or self.names[j].startswith(self.names[i] + "."))
-                                                       for j in bad)]
-                    i = min(inner or bad, key=lambda k: self.rank[k])
-                    first_act = (int(st), int(i))
-                    break
-        steps_g, gnan = self.sampled("nan_count")
-        first_grad: tuple[int, int] | None = None
-        if gnan.size:
-            for r, st in enumerate(steps_g):
-                row = np.nan_to_num(gnan[r], nan=0.0)
-                cands = [i for i in self.layers if row[i] > 0]
-                if cands:
-                    first_grad = (int(st), max(cands, key=lambda k: self.rank[k]))  # backward starts at the end
-                    break
+        """Where non-finite values first appear: the input, a module's output, the loss, or a gradient made in
+        the backward pass. The earliest step wins; at one step, the input before the forward before the loss
+        before the backward. NaN at the end of a divergence is its consequence, not where it started."""
+        first_act = self._first_bad_output()
+        first_grad = self._first_bad_gradient()
         inp_steps, inp = self.d.input_stats
         first_inp = next((int(inp_steps[r]) for r in range(len(inp_steps)) if inp[r, 4] > 0), None)
+        bad_loss = np.flatnonzero(self.d.steps["loss_finite"] == 0)
         first_loss = int(self.steps[bad_loss[0]]) if len(bad_loss) else None
-        starts = [s for s in (first_loss, first_act[0] if first_act else None, first_grad[0] if first_grad else None) if s is not None]
-        diverged = self.diverged_before(min(starts)) if starts else ""
-        # where the runtime traced the first non-finite loss to, in that step's autograd graph
-        traced = [(int(e.step), str(e.data["origin"])) for e in self.d.events
-                  if e.kind == "trigger" and e.name == "nan_inf" and e.step is not None and e.data.get("origin")]
-        if traced:
-            starts.append(traced[0][0])
-            diverged = self.diverged_before(min(starts))
-        if diverged and (first_inp is None or first_inp > min(starts)):
-            # NaN at the end of a divergence is its consequence, not where the trouble started
-            self.add("loss", "nan_inf", "error", f"the run diverged ({diverged}) until values overflowed at step {min(starts)}",
-                     0.6, min(starts), direct=False)
+        # where the runtime traced a non-finite loss to, in that step's autograd graph
+        traced = next(((int(e.step), str(e.data["origin"])) for e in self.d.events
+                       if e.kind == "trigger" and e.name == "nan_inf" and e.step is not None and e.data.get("origin")), None)
+        if traced is not None and traced[1] == "input":
+            first_inp = min(traced[0], first_inp) if first_inp is not None else traced[0]
+        starts = [s for s in (first_inp, first_loss, first_act[0] if first_act else None, first_grad[0] if first_grad else None,
+                              traced[0] if traced else None) if s is not None]
+        if not starts:
             return
-        if traced and traced[0][0] <= min(starts) and (first_inp is None or first_inp >= traced[0][0]):
-            st, where = traced[0]
-            if where == "input":
-                self.add("input", "nan_inf", "error", f"the input batch holds NaN/Inf values at step {st}", 1.0, st)
-            elif where == "loss" or where not in self.d.index:
-                self.add("loss", "nan_inf", "error", f"the loss is non-finite at step {st} while every module's output is finite "
-                         "(traced in that step's autograd graph)", 1.0, st)
+        start = min(starts)
+        diverged = self.diverged_before(start)
+        if diverged and first_inp != start:
+            self.add("loss", "nan_inf", "error", f"the run diverged ({diverged}) until values overflowed at step {start}",
+                     0.6, start, direct=False)
+            return
+        if first_inp == start:
+            self.add("input", "nan_inf", "error", f"the input batch holds NaN/Inf values at step {start}", 1.0, start)
+        elif traced is not None and traced[0] == start:
+            where = traced[1]
+            if where == "loss" or where not in self.d.index:
+                self.add("loss", "nan_inf", "error", f"the loss is non-finite at step {start} while every module's output is finite "
+                         "(traced in that step's autograd graph)", 1.0, start)
             else:
-                i = self.d.index[where]
-                self.add(where, "nan_inf", "error", f"first non-finite output at step {st} (type {self.types[i]}; traced in that "
-                         "step's autograd graph)", 1.0, st)
-            return
-        if first_inp is not None and (first_act is None or first_inp <= first_act[0]):
-            self.add("input", "nan_inf", "error", f"the input batch holds NaN/Inf values at step {first_inp}", 1.0, first_inp)
-            return
-        if first_act is not None and (first_loss is None or first_act[0] <= first_loss):
-            st, i = first_act
-            self.add(self.names[i], "nan_inf", "error",
-                     f"first non-finite output in forward order at step {st} (type {self.types[i]})", 1.0, st)
-            return
-        if first_loss is not None:
-            if first_grad is None or first_loss <= first_grad[0]:
-                self.add("loss", "nan_inf", "error",
-                         f"the loss is {self.loss[bad_loss[0]]} at step {first_loss} while every module's output is finite", 1.0, first_loss)
-            else:
-                st, i = first_grad
-                self.add(self.names[i], "nan_inf", "error", f"non-finite gradients first at step {st}", 0.9, st)
+                self.add(where, "nan_inf", "error", f"first non-finite output at step {start} (type {self.types[self.d.index[where]]}; "
+                         "traced in that step's autograd graph)", 1.0, start)
+        elif first_act is not None and first_act[0] == start:
+            i = first_act[1]
+            self.add(self.names[i], "nan_inf", "error", f"first non-finite output in forward order at step {start} (type {self.types[i]})",
+                     1.0, start)
+        elif first_loss == start:
+            self.add("loss", "nan_inf", "error", f"the loss is {self.loss[bad_loss[0]]} at step {start} while the modules' outputs "
+                     "looked finite", 0.8, start)
         elif first_grad is not None:
-            st, i = first_grad
-            self.add(self.names[i], "nan_inf", "error", f"non-finite gradients first at step {st}", 0.9, st)
+            module, how = self._backward_origin(first_grad[1])
+            self.add(module, "nan_inf", "error", f"the loss is finite but gradients are not, first at step {start}: {how}", 0.9, start)
+
+    def _first_bad_output(self) -> tuple[int, int] | None:
+        """(step, module) of the first module output in forward order to hold NaN/Inf, on measured steps."""
+        steps_a, act_nan = self.sampled("act_nan")
+        for r, st in enumerate(steps_a):
+            row = np.nan_to_num(act_nan[r], nan=0.0)
+            if row.any():
+                bad = {int(i) for i in np.flatnonzero(row > 0)}
+                # a container's output is bad when a child's is: take modules with no bad descendant
+                inner = [i for i in bad if not any(j != i and (not self.names[i] or self.names[j].startswith(self.names[i] + "."))
+                                                   for j in bad)]
+                return int(st), min(inner or bad, key=lambda k: self.rank[k])
+        return None
+
+    def _first_bad_gradient(self) -> tuple[int, list[int]] | None:
+        """(step, layers) of the first step at which some layer's gradients hold NaN/Inf (their count is
+        recorded at such steps); a step the GradScaler skipped is passed over: it handled them."""
+        steps_g, gnan = self.sampled("nan_count")
+        skipped = set(self.steps[np.nan_to_num(self.d.steps.get("skipped", np.zeros(len(self.steps)))) == 1].tolist())
+        for r, st in enumerate(steps_g):
+            if int(st) in skipped:
+                continue
+            row = np.nan_to_num(gnan[r], nan=0.0)
+            cands = [i for i in self.layers if row[i] > 0]
+            if cands:
+                return int(st), cands
+        return None
+
+    # module types whose backward never turns a finite gradient non-finite
+    _SAFE_BACKWARD = {"ReLU", "ReLU6", "LeakyReLU", "GELU", "SiLU", "Tanh", "Sigmoid", "Dropout", "Dropout1d", "Dropout2d", "Identity",
+                      "Flatten", "Unflatten", "MaxPool1d", "MaxPool2d", "AvgPool1d", "AvgPool2d", "AdaptiveAvgPool2d", "ELU", "Softplus"}
+
+    def _backward_origin(self, bad: list[int]) -> tuple[str, str]:
+        """Where a backward pass made non-finite gradients. Backward runs from the output to the input: the
+        layers after the last bad one (in forward order) got finite gradients, so they were made between that
+        layer and the next: in a module there whose backward can make them, else in the layer itself. A module
+        the runtime watched make them (an ``origin`` event) is named first."""
+        made = next((e for e in self.d.events if e.kind == "origin" and e.data.get("where") == "backward" and e.module in self.d.index), None)
+        if made is not None and made.module is not None:
+            return made.module, made.message
+        last = max(bad, key=lambda k: self.rank[k])
+        after = [j for j in self.layers_fwd if self.rank[j] > self.rank[last]]
+        upto = self.rank[after[0]] if after else 10**9
+        parents = {m.parent for m in self.d.modules if m.parent is not None}
+        between = [m.id for m in self.d.modules if m.name not in parents and self.rank[last] < self.rank[m.id] < upto
+                   and m.own_params == 0 and m.type not in self._SAFE_BACKWARD]
+        if between:
+            i = max(between, key=lambda k: self.rank[k])
+            return self.names[i], (f"its gradient reaching {self.names[last]!r} is non-finite while every layer after it gets finite "
+                                   f"gradients: {self.names[i]!r} ({self.types[i]}) between them made them in its backward")
+        return self.names[last], f"the last layer in forward order with non-finite gradients is {self.names[last]!r}"
 
     def exploding(self) -> None:
         steps, g = self.sampled("grad_norm")

@@ -18,7 +18,6 @@ import numpy as np
 import torch
 from torch import nn
 from torch.nn.modules.loss import _Loss
-from torch.utils.hooks import RemovableHandle
 
 from .layout import RELU_LIKE, SATURATING, WEIGHTED, Layout, first_tensor
 
@@ -136,12 +135,16 @@ def activation_stats(module: nn.Module, flags: int, inp: torch.Tensor | None, ou
 
 
 class ActivationRecorder:
-    """Arms PyTorch's global forward hook for one step and gathers statistics (and tensors on capture)."""
+    """Gathers one step's statistics (and tensors on capture) while armed, from the session's global forward
+    hooks (:class:`~.hooks.ForwardWatch` calls :meth:`note_call` and :meth:`measure`). The hooks stay registered
+    for the whole run: arming flips a flag, so the set of global hooks never changes (torch.compile guards on it,
+    and would compile again at every sampled step)."""
 
     def __init__(self, layout: Layout) -> None:
         self.layout = layout
         self._flags = [module_flags(m) for m in layout.modules]
-        self._handles: list[RemovableHandle] = []
+        self._armed = False
+        self.want_order = False
         self.rows: list[tuple[int, int, int, torch.Tensor | None]] = []  # module, flags, numel, stats (None: as previous)
         self._calls: dict[int, int] = {}
         self._last_out: torch.Tensor | None = None
@@ -160,35 +163,34 @@ class ActivationRecorder:
 
     @property
     def armed(self) -> bool:
-        return bool(self._handles)
+        return self._armed
 
     def arm(self, *, want_order: bool = False) -> None:
-        if self._handles or self.failed:
+        if self._armed or self.failed:
             return
         self.rows, self._calls, self._last_out, self._recent, self.modes = [], {}, None, [], {}
-        reg = torch.nn.modules.module
-        self._handles.append(reg.register_module_forward_hook(self._hook))
+        self._armed = True
+        self.want_order = want_order
         if want_order:
             self.order = []
-            self._handles.append(reg.register_module_forward_pre_hook(self._pre_hook))
 
     def disarm(self, *, keep_work_space: bool = False) -> None:
         """Stop measuring; ``keep_work_space``: the next step is measured too (the buffer stays)."""
-        for h in self._handles:
-            h.remove()
-        self._handles.clear()
+        self._armed = False
+        self.want_order = False
         self._last_out = None
         self._recent = []
         if not keep_work_space:
             self._scratch = None
 
-
-    def _pre_hook(self, module: nn.Module, args: Any) -> None:
+    def note_call(self, module: nn.Module, args: Any) -> None:
+        """A module is about to run (only while the forward order is wanted)."""
         i = self.layout.module_index.get(id(module))
         if i is not None and i not in self._calls and i not in self.order:
             self.order.append(i)
 
-    def _hook(self, module: nn.Module, args: Any, output: Any) -> None:
+    def measure(self, module: nn.Module, args: Any, output: Any) -> None:
+        """A module has run: its output's statistics (only while armed)."""
         t0 = time.perf_counter()
         try:
             self._measure(module, args, output)

@@ -102,8 +102,9 @@ def interesting(layout: Layout, worst: list[int]) -> set[int]:
                          if isinstance(m, (nn.Softmax, nn.Embedding, nn.MultiheadAttention)) or "attn" in layout.names[i].rsplit(".", 1)[-1].lower()}
 
 
-def capture(writer: StoreWriter, layout: Layout, step: int, worst: list[int], inputs: Inputs, budget: int) -> int:
-    """Write the step's whole tensors within ``budget`` bytes; returns the budget left (for activations)."""
+def capture(writer: StoreWriter, layout: Layout, names: list[str], step: int, worst: list[int], inputs: Inputs, budget: int) -> int:
+    """Write the step's whole tensors within ``budget`` bytes (``names``: the modules' names in the store);
+    returns the budget left (for activations)."""
     for mid in worst:
         for j in sorted(layout.own_params(mid), key=lambda j: -layout.numel[j])[:1]:
             p = layout.params[j]
@@ -112,16 +113,16 @@ def capture(writer: StoreWriter, layout: Layout, step: int, worst: list[int], in
                     continue
                 arr = fit(tensor.detach().float().cpu().numpy(), budget)
                 budget -= arr.nbytes
-                writer.put_tensor(step, layout.names[mid], role, arr)
+                writer.put_tensor(step, names[mid], role, arr)
     for mid, mod in enumerate(layout.modules):  # embeddings, for projections
         if isinstance(mod, nn.Embedding) and budget > 0:
             arr = fit(mod.weight.detach().float().cpu().numpy(), min(budget, EMBEDDING_BYTES))
             budget -= arr.nbytes
-            writer.put_tensor(step, layout.names[mid], "weight", arr)
+            writer.put_tensor(step, names[mid], "weight", arr)
     for in_step, args, kwargs in list(inputs):
         x = first_tensor(args) if args else first_tensor(kwargs)
         if x is not None and budget > 0:
             arr = fit(x.detach().cpu().numpy(), min(budget, INPUT_BYTES))
             budget -= arr.nbytes
-            writer.put_tensor(in_step, "", "input", arr)
+            writer.put_tensor(in_step, names[0], "input", arr)
     return budget

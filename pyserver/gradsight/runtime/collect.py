@@ -16,7 +16,7 @@ import torch
 
 from . import gradstats as gs
 from .defer import Pending, Ring, pending
-from .layout import Layout
+from .layout import Layout, local
 from .watched import Watched
 
 
@@ -59,7 +59,8 @@ def host_losses(fetched: np.ndarray | None, on_host: list[float]) -> np.ndarray 
 
 
 def common(layout: Layout, losses: list[torch.Tensor], on_host: list[float], *, defer: bool, ring: Ring, step: int,
-           meta: dict[str, object]) -> tuple[gs.GradSample, dict[str, np.ndarray], np.ndarray | None] | Pending | None:
+           meta: dict[str, object], reduce: gs.Reduce | None = None
+           ) -> tuple[gs.GradSample, dict[str, np.ndarray], np.ndarray | None] | Pending | None:
     """The common step: the fused L2 norm of every gradient (and the device losses) in one copy. A :class:`Pending`
     when its reading is deferred; None when the general path is needed (a gradient is missing, say)."""
     if layout.sparse:
@@ -70,12 +71,18 @@ def common(layout: Layout, losses: list[torch.Tensor], on_host: list[float], *, 
     for g in grads:  # (`None in grads` would compare tensors with ==: slow)
         if g is None:
             return None
+    sharded = layout.sharded_any and reduce is not None
+    if sharded:
+        grads = [local(g) for g in grads]  # type: ignore[arg-type]
     try:
         vec = torch.stack(torch._foreach_norm(grads))  # type: ignore[arg-type]
     except RuntimeError:  # mixed devices
         return None
     if vec.dtype != torch.float32:
         vec = vec.float()
+    if sharded:
+        assert reduce is not None
+        vec = gs.sharded_l2(vec, torch.as_tensor(layout.sharded, device=vec.device), reduce)
     on_cpu = vec.device.type == "cpu"
     n = len(grads)
     if losses:  # (a CPU loss was read at backward: only an accelerator's comes here)
@@ -92,7 +99,7 @@ def common(layout: Layout, losses: list[torch.Tensor], on_host: list[float], *, 
 
 
 def general(w: Watched, transfer: gs.Transfer, losses: list[torch.Tensor], on_host: list[float], *, sampled: bool,
-            prebw: torch.Tensor | None,
+            prebw: torch.Tensor | None, reduce: gs.Reduce | None = None,
             input_stats: torch.Tensor | None, keep_work_space: bool) -> tuple[gs.GradSample, dict[str, np.ndarray], dict[str, np.ndarray],
                                                                                list[tuple[int, int, int, int]]]:
     """Every other step: gradients (finer statistics when sampled), activation rows, input statistics,
@@ -104,7 +111,7 @@ def general(w: Watched, transfer: gs.Transfer, losses: list[torch.Tensor], on_ho
         transfer.add("loss", [x.float().reshape(()) for x in losses])
     if prebw is not None:
         transfer.add("prebw", [prebw])
-    idx = gs.queue_grads(layout, transfer, sampled)
+    idx = gs.queue_grads(layout, transfer, sampled, reduce)
     if input_stats is not None:
         transfer.add("input", input_stats)
     act_ids: list[tuple[int, int, int, int]] = []

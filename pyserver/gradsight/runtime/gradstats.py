@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from .layout import Layout
+from .layout import Layout, local
 
 
 class Transfer:
@@ -109,10 +109,23 @@ class GradSample:
     weight_l2: np.ndarray | None = None
 
 
-def queue_grads(layout: Layout, transfer: Transfer, sampled: bool) -> list[int] | None:
+Reduce = Callable[[torch.Tensor, str, "torch.Tensor | None"], torch.Tensor]
+
+
+def _stacked(values: torch.Tensor | list[torch.Tensor]) -> torch.Tensor:
+    return values if isinstance(values, torch.Tensor) else torch.stack(values).float()
+
+
+def sharded_l2(norms: torch.Tensor, mask: torch.Tensor, reduce: Reduce) -> torch.Tensor:
+    """Per-parameter L2 norms from the local shards' norms: the squares summed over the ranks."""
+    return reduce(norms.float() ** 2, "sum", mask).sqrt()
+
+
+def queue_grads(layout: Layout, transfer: Transfer, sampled: bool, reduce: Reduce | None = None) -> list[int] | None:
     """Queue this step's gradient norms on ``transfer``: the L2 norm of every gradient each step
     (one fused call), max, mean |grad|, zero counts and weight norms on sampled steps.
-    Returns the ids of parameters with a gradient, or None when all have one."""
+    Returns the ids of parameters with a gradient, or None when all have one. Sharded (FSDP2)
+    parameters are measured on this rank's shards, and ``reduce`` combines the ranks' values."""
     grads = [p.grad for p in layout.params]
     idx: list[int] | None = None
     if any(g is None for g in grads):
@@ -120,14 +133,31 @@ def queue_grads(layout: Layout, transfer: Transfer, sampled: bool) -> list[int] 
     grads_t: list[torch.Tensor] = [g for g in grads if g is not None]
     if layout.sparse and any(g.is_sparse for g in grads_t):
         grads_t = [g.coalesce().values() if g.is_sparse else g for g in grads_t]
-    transfer.add("l2", foreach_norm(grads_t, 2.0))
+    if not (layout.sharded_any and reduce is not None):
+        transfer.add("l2", foreach_norm(grads_t, 2.0))
+        if sampled:
+            on_cpu = all_on_cpu(grads_t)
+            transfer.add("linf", max_abs(grads_t, on_cpu))
+            transfer.add("l1", foreach_norm(grads_t, 1.0))
+            transfer.add("nonzero", nonzero_counts(grads_t, on_cpu))
+            with torch.no_grad():  # (the parameters themselves: no detached alias per tensor)
+                transfer.add("weight_l2", foreach_norm(layout.params, 2.0))
+        return idx
+    shards = [local(g) for g in grads_t]
+    if not shards:
+        return idx
+    present = layout.sharded if idx is None else layout.sharded[idx]
+    mask = torch.as_tensor(present, device=shards[0].device)
+    transfer.add("l2", sharded_l2(_stacked(foreach_norm(shards, 2.0)), mask, reduce))
     if sampled:
-        on_cpu = all_on_cpu(grads_t)
-        transfer.add("linf", max_abs(grads_t, on_cpu))
-        transfer.add("l1", foreach_norm(grads_t, 1.0))
-        transfer.add("nonzero", nonzero_counts(grads_t, on_cpu))
-        with torch.no_grad():  # (the parameters themselves: no detached alias per tensor)
-            transfer.add("weight_l2", foreach_norm(layout.params, 2.0))
+        on_cpu = all_on_cpu(shards)
+        transfer.add("linf", reduce(_stacked(max_abs(shards, on_cpu)), "max", mask))
+        transfer.add("l1", reduce(_stacked(foreach_norm(shards, 1.0)), "sum", mask))
+        transfer.add("nonzero", reduce(_stacked(nonzero_counts(shards, on_cpu)), "sum", mask))
+        with torch.no_grad():
+            weights = [local(p) for p in layout.params]
+            wmask = torch.as_tensor(layout.sharded, device=weights[0].device)
+            transfer.add("weight_l2", sharded_l2(_stacked(foreach_norm(weights, 2.0)), wmask, reduce))
     return idx
 
 
@@ -218,7 +248,7 @@ def nonfinite_counts(layout: Layout, s: GradSample) -> np.ndarray | None:
     for j in range(len(layout.params)):
         g = layout.params[j].grad
         if s.present[j] and not np.isfinite(s.l2[j]) and g is not None:
-            counts[j] = float((~torch.isfinite(g)).sum())
+            counts[j] = float((~torch.isfinite(local(g))).sum())
     return counts
 
 
@@ -241,7 +271,7 @@ def _sample_stride(numel: int) -> int:
 def _update_sample(p: torch.Tensor) -> torch.Tensor:
     """A strided sample over the whole tensor (every element when it is small): the update ratio of a
     large parameter is estimated from at most UPDATE_SAMPLE elements instead of a copy of all of it."""
-    flat = p.detach().reshape(-1)
+    flat = local(p).detach().reshape(-1)
     stride = _sample_stride(flat.numel())
     return flat if stride == 1 else flat[::stride]
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 import types
 import weakref
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -231,23 +232,38 @@ def _step_count(optimizer: torch.optim.Optimizer) -> int:
         return 0
 
 
-class ForwardWatch:
-    """PyTorch's global module forward hooks: top-level calls (depth 0) until the root model is chosen,
-    then the root's own calls (its inputs, keyword arguments too), whatever wraps it."""
+MAX_CANDIDATES = 16  # top-level modules remembered as candidates for a model
 
-    def __init__(self, on_root_call: Callable[[tuple[Any, ...], dict[str, Any]], None],
+
+def compiling() -> bool:
+    """True while torch.compile (Dynamo) traces: gradsight's module hooks then do nothing, so that they add
+    no graph break and nothing to the compiled graph (a compiled model's inner modules are not measured)."""
+    return torch.compiler.is_compiling()
+
+
+class ForwardWatch:
+    """PyTorch's global module forward hooks, registered once for the whole session (the set of global hooks
+    never changes while training runs: torch.compile guards on it). They follow top-level calls (depth 0), the
+    candidates for a model, and the calls of each chosen model (its inputs, keyword arguments too), whatever wraps
+    it. Every module output's graph node is marked (``on_output``), and armed activation recorders measure."""
+
+    def __init__(self, on_root_call: Callable[[Any, tuple[Any, ...], dict[str, Any]], None],
                  on_output: Callable[[nn.Module, Any], None] | None = None) -> None:
-        self.candidates: dict[int, nn.Module] = {}
+        # the last few top-level modules called (bounded: a loss module made anew at every step must not pile up)
+        self.candidates: OrderedDict[int, nn.Module] = OrderedDict()
         self.last_call: dict[int, tuple[tuple[Any, ...], dict[str, Any]]] = {}  # each candidate's last top-level call
         self.order: list[int] = []  # id(module) in first-call pre-order
         self._seen: set[int] = set()
         self._depth = 0
         self._handles: list[RemovableHandle] = []
-        self._root: nn.Module | None = None
+        self._roots: dict[int, Any] = {}  # id() of each chosen model (and of what wraps it: DDP, torch.compile) -> its tag
         self._on_root_call = on_root_call
         self._on_output = on_output  # every module call's output
+        self.recorders: list[Any] = []  # the ActivationRecorder of each chosen model, armed or not
 
     def install(self) -> None:
+        if self._handles:
+            return
         reg = torch.nn.modules.module
         self._handles.append(reg.register_module_forward_pre_hook(self._pre))
         self._handles.append(reg.register_module_forward_hook(self._post, with_kwargs=True, always_call=True))
@@ -257,33 +273,50 @@ class ForwardWatch:
             h.remove()
         self._handles.clear()
 
-    def follow(self, root: nn.Module) -> None:
-        """The root is chosen: from now on only its calls matter (one identity test a module call)."""
-        self._root = root
-        self.remove()
-        self.candidates, self.last_call, self._seen = {}, {}, set()
-        self._handles.append(torch.nn.modules.module.register_module_forward_hook(self._root_post, with_kwargs=True))
-
-    def _root_post(self, module: nn.Module, args: Any, kwargs: Any, output: Any) -> None:
-        if self._on_output is not None:
-            self._on_output(module, output)
-        if module is self._root:
-            self._on_root_call(args, kwargs)
+    def follow(self, tag: Any, recorder: Any, *modules: nn.Module) -> None:
+        """A model is chosen: its calls are reported with ``tag`` (an identity test a module call)."""
+        for m in modules:
+            self._roots[id(m)] = tag
+        self.recorders.append(recorder)
+        for m in modules:
+            self.candidates.pop(id(m), None)
+            self.last_call.pop(id(m), None)
+        self.install()
 
     def _pre(self, module: nn.Module, args: Any) -> None:
+        if compiling():  # inside a graph torch.compile traces: nothing of gradsight's may enter it
+            return
+        for rec in self.recorders:
+            if rec.want_order:
+                rec.note_call(module, args)
         self._depth += 1
         key = id(module)
-        if key not in self._seen:
+        if not self._roots and key not in self._seen:  # (the first model's forward order: until it is chosen)
             self._seen.add(key)
             self.order.append(key)
 
-    def _post(self, module: nn.Module, args: Any, kwargs: Any, output: Any) -> None:
-        self._depth = max(0, self._depth - 1)
+    def _post(self, module: nn.Module, args: Any, *rest: Any) -> None:
+        """(module, args, kwargs, output); when the forward raised, PyTorch calls it as (module, args, output)."""
+        if compiling():
+            return
+        kwargs, output = (rest[0], rest[1]) if len(rest) == 2 else ({}, rest[-1] if rest else None)
         if self._on_output is not None:
             self._on_output(module, output)
-        if self._depth == 0:
-            self.candidates[id(module)] = module
-            self.last_call[id(module)] = (args, kwargs)
+        self._depth = max(0, self._depth - 1)
+        tag = self._roots.get(id(module))
+        if tag is not None:
+            self._on_root_call(tag, args, kwargs)
+        elif self._depth == 0:
+            key = id(module)
+            self.candidates[key] = module
+            self.candidates.move_to_end(key)
+            self.last_call[key] = (args, kwargs)
+            if len(self.candidates) > MAX_CANDIDATES:
+                old, _ = self.candidates.popitem(last=False)
+                self.last_call.pop(old, None)
+        for rec in self.recorders:
+            if rec.armed:
+                rec.measure(module, args, output)
 
     def choose(self, wanted: set[int]) -> nn.Module | None:
         """The top-level module owning most of ``wanted`` parameter ids (or the largest one)."""
@@ -299,3 +332,16 @@ class ForwardWatch:
         if wanted and best is not None and best_key[0] == 0:
             return None
         return best
+
+
+def unwrap(module: nn.Module) -> nn.Module:
+    """The user's model inside the wrappers that training adds (DistributedDataParallel, DataParallel,
+    torch.compile's OptimizedModule): its module names are the user's, without ``module.`` or ``_orig_mod.``."""
+    for _ in range(8):
+        inner = getattr(module, "_orig_mod", None) if type(module).__name__ == "OptimizedModule" else None
+        if inner is None and type(module).__name__ in ("DistributedDataParallel", "DataParallel"):
+            inner = getattr(module, "module", None)
+        if not isinstance(inner, nn.Module):
+            return module
+        module = inner
+    return module

@@ -44,6 +44,9 @@ class Layout:
         self.owns_params = np.zeros(len(self.modules), dtype=bool)
         self.owns_params[self.param_module] = True
         self.sparse = any(isinstance(m, (nn.Embedding, nn.EmbeddingBag)) and m.sparse for m in self.modules)
+        # FSDP2 shards parameters (and their gradients) across ranks: their per-rank sums are reduced
+        self.sharded = np.array([is_sharded(p) for p in self.params], dtype=bool)
+        self.sharded_any = bool(self.sharded.any())
 
     @classmethod
     def from_model(cls, root: nn.Module) -> Layout:
@@ -89,6 +92,18 @@ class Layout:
 
     def has_own_params(self) -> np.ndarray:
         return self.owns_params.copy()
+
+
+def is_sharded(t: object) -> bool:
+    """A DTensor whose placements shard it (FSDP2's parameters and gradients)."""
+    placements = getattr(t, "placements", None)
+    return placements is not None and any(getattr(p, "is_shard", lambda: False)() for p in placements)
+
+
+def local(t: torch.Tensor) -> torch.Tensor:
+    """The part of a tensor this rank holds: a DTensor's local shard, any other tensor itself."""
+    to_local = getattr(t, "to_local", None)
+    return to_local() if to_local is not None and hasattr(t, "placements") else t
 
 
 def first_tensor(value: object) -> torch.Tensor | None:

@@ -144,3 +144,31 @@ def _nearest_tag(starts: list[int], nodes: dict[int, Any], consumers: dict[int, 
                 seen.add(c)
                 queue.append(c)
     return LOSS
+
+
+class BackwardProbe:
+    """Where a backward pass makes non-finite gradients from finite ones (a custom ``autograd.Function``, a
+    ``sqrt`` of zero): on one step, the gradient reaching each module's output is looked at as it passes.
+    Backward runs from the loss to the input, so the module that made them is the one after, in forward
+    order, the last module whose output's gradient is non-finite: it got a finite gradient and passed back
+    an infinite one. Costs one check per module output, on that step only."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+        self.finite: dict[int, bool] = {}  # module id -> its output's gradient was finite
+
+    def watch(self, module_id: int, output: torch.Tensor) -> None:
+        def seen(grad: torch.Tensor) -> None:
+            ok = bool(torch.isfinite(grad).all())
+            self.finite[module_id] = self.finite.get(module_id, True) and ok
+
+        output.register_hook(seen)
+
+    def origin(self, rank: dict[int, int]) -> int | None:
+        """The module whose backward made the first non-finite gradient, None when every gradient seen was finite."""
+        order = sorted(self.finite, key=lambda m: rank.get(m, m))
+        bad = [k for k, m in enumerate(order) if not self.finite[m]]
+        if not bad:
+            return None
+        after = bad[-1] + 1
+        return order[after] if after < len(order) else order[bad[-1]]

@@ -29,7 +29,7 @@ from torch import nn
 
 from .. import __version__
 from ..conditions import Condition
-from ..store import EVENT_SKIPPED, EVENT_TRIGGER, EVENT_WARNING, StepRow, StoreWriter, prepare_output
+from ..store import EVENT_ORIGIN, EVENT_SKIPPED, EVENT_TRIGGER, EVENT_WARNING, StepRow, StoreWriter, prepare_output
 from ..thresholds import Thresholds
 from . import collect as col
 from . import gradstats as gs
@@ -39,12 +39,14 @@ from .activations import FIELDS as ACTIVATION_FIELDS
 from .capture import Inputs, capture, interesting, worst_modules
 from .collect import Collected
 from .defer import Pending, Ring
-from .hooks import ForwardWatch, GlobalHooks
+from .distributed import Distributed
+from .hooks import ForwardWatch, GlobalHooks, unwrap
 from .layout import first_tensor
 from .losses import StepLoss
+from .pause import user_frame
 from .triggers import BUILTIN, Fired, History
 from .values import global_norms, loss_of, nonfinite_counts, step_values
-from .watched import Watched
+from .watched import Watched, is_leaf
 from .watches import GradsightStop, Watches
 
 __all__ = ["ACTIVE", "DEFAULT_CAPTURE_BYTES", "DEFAULT_CAPTURE_WINDOW", "DEFAULT_EVERY", "GradsightStop", "Session", "Settings"]
@@ -117,6 +119,7 @@ class Session:
         self.settings = settings or Settings()
         self.settings.validate()
         path, rank, world = rank_path(os.fspath(store))
+        self.rank, self.world_size = rank, world
         self.store_path = prepare_output(path, overwrite=overwrite, protect=[script] if script else [])
         self.writer = StoreWriter(self.store_path, {
             "script": script, "argv": argv if argv is not None else list(sys.argv), "cwd": os.getcwd(),
@@ -129,38 +132,47 @@ class Session:
         self.closed = False
         self.step = 0
         self.anomalies: list[tuple[int, str]] = []
-        self.watched: Watched | None = None
+        self.models: list[Watched] = []
+        self._clock: Watched | None = None  # the model of the primary optimizer: its steps are the run's steps
+        self._model_of: weakref.WeakKeyDictionary[torch.optim.Optimizer, Watched] = weakref.WeakKeyDictionary()
+        self._index: dict[int, int] = {}  # id() of every watched module -> its id in the store
+        self._leaves: set[int] = set()  # store ids of the modules without children
+        self._rank_of: dict[int, int] = {}  # store module id -> its place in the forward pass
         self.watches = Watches(self.settings.breaks)
-        # the current step
+        self.dist = Distributed(rank, world)
+        # the current step (of whichever watched model is stepping)
         self.loss = StepLoss()
         self._n_backward = 0
         self._zeroed: bool | None = None
         self._prebw: torch.Tensor | None = None  # norm of the gradients found before the step's first backward
         self._input_stats: torch.Tensor | None = None
-        self._step_open = False  # this primary step's values are collected (it has begun)
-        self._closure_step = False  # this primary step is read when its closure returns
-        self._stash: Collected | Pending | None = None  # values collected before the gradients were clipped
+        self._stepping: tuple[torch.optim.Optimizer, Watched | None, bool] | None = None  # (optimizer, its model, is it the primary)
+        self._step_open = False  # the stepping model's values are collected (its step has begun)
+        self._closure_step = False  # the stepping model is read when its closure returns
+        self._stash: tuple[Watched, Collected | Pending] | None = None  # values collected before the gradients were clipped
         self._clip_limit: float | None = None
         self._skipped = False
         self._nan_origin: int | None = None  # where this step's non-finite loss came from (nanorigin)
+        self._probe: nanorigin.BackwardProbe | None = None  # a step whose backward is watched for where inf/NaN is made
         # the run
         self._primary: weakref.ReferenceType[torch.optim.Optimizer] | None = None
+        self._since_primary: weakref.WeakSet[torch.optim.Optimizer] = weakref.WeakSet()  # others stepped since the primary did
         self._optimizers: weakref.WeakSet[torch.optim.Optimizer] = weakref.WeakSet()
         self._optimizer_seen = optimizer is not None  # one exists: backward calls are its steps' micro-batches
         self._created: weakref.WeakSet[torch.optim.Optimizer] = weakref.WeakSet()  # optimizers made since the session began
+        self._later_phase: weakref.WeakSet[torch.optim.Optimizer] = weakref.WeakSet()  # made after the first steps
         self._auto_steps = False  # no optimizer at all: each backward ends a step
         self._explicit_steps = False  # the user ends steps with mark_step()
         self._transfer = gs.Transfer()
         self._upd_ids: list[int] | None = None
         self._upd_step = -1
         self._capture_until = -1
-        self._capture_acts: tuple[set[int], int] | None = None  # modules (and bytes) to capture from the next forward
+        self._capture_acts: tuple[Watched, set[int], int] | None = None  # modules (and bytes) to capture from the next forward
         self._extra_sample = -1  # a step measured in full because the model was found after step 0's forward
-        self.inputs = Inputs(self.settings.capture_window + 1, self.settings.capture_bytes)
         self._errors: set[str] = set()
         self._broken = False
         self._last_time = time.perf_counter()
-        self.own = ot.OwnTime(lambda: self.watched.recorder.spent if self.watched is not None else 0.0)
+        self.own = ot.OwnTime(lambda: sum(w.recorder.spent for w in self.models))
         self._pending: Pending | None = None
         self._in_step = False  # deferral turned off for good (a debugger condition reads the history)
         self._ring = Ring()
@@ -173,19 +185,30 @@ class Session:
         ACTIVE = self
         if optimizer is not None:
             self._register_optimizer(optimizer)
+        self._forward.install()
         if model is not None:
             self._adopt(model)
-        else:
-            self._forward.install()
 
     # -- public ----------------------------------------------------------------
     @property
+    def watched(self) -> Watched | None:
+        """The model whose optimizer's steps are the run's steps (the first watched, until then)."""
+        return self._clock or (self.models[0] if self.models else None)
+
+    @property
     def history(self) -> History | None:
-        return self.watched.history if self.watched is not None else None
+        w = self.watched
+        return w.history if w is not None else None
 
     @property
     def layout(self) -> Any:
-        return self.watched.layout if self.watched is not None else None
+        w = self.watched
+        return w.layout if w is not None else None
+
+    @property
+    def inputs(self) -> Inputs:
+        w = self.watched
+        return w.inputs if w is not None else Inputs(1, 0)
 
     def log(self, loss: float | torch.Tensor | None = None) -> None:
         """Tell the session this step's loss (overrides the one found at ``backward``)."""
@@ -204,8 +227,9 @@ class Session:
     def mark_step(self) -> None:
         """End a step by hand (for training loops without a torch optimizer)."""
         self._explicit_steps = True
-        self._guard("step", self._begin_step)
-        self._guard("step", self._end_step)
+        w = self.watched
+        self._guard("step", lambda: self._begin(w, True))
+        self._guard("step", lambda: self._end(w, True))
         self._run_actions()
 
     def join(self, model: nn.Module, optimizer: torch.optim.Optimizer | None, breaks: tuple[Condition, ...]) -> None:
@@ -213,7 +237,7 @@ class Session:
         if optimizer is not None:
             self._optimizer_seen = True
             self._guard("optimizer", lambda: self._register_optimizer(optimizer))
-        if self.watched is None:
+        if not any(w.root is unwrap(model) for w in self.models) and (optimizer is None or self._model_of.get(optimizer) is None):
             self._guard("step", lambda: self._adopt(model))
         self.watches.add_breaks(breaks)
 
@@ -236,8 +260,8 @@ class Session:
         self.closed = True
         self._hooks.remove()
         self._forward.remove()
-        if self.watched is not None:
-            self.watched.recorder.disarm()
+        for w in self.models:
+            w.recorder.disarm()
         self.writer.update_run(status=status, ended=time.time())
         self.writer.close()
         if ACTIVE is self:
@@ -253,44 +277,76 @@ class Session:
     def on_optimizer_created(self, optimizer: torch.optim.Optimizer) -> None:
         self._optimizer_seen = True
         self._created.add(optimizer)
+        if self._primary is not None and self.step > 0:  # made after the run's steps began: a later training phase
+            self._later_phase.add(optimizer)
 
     def on_optimizer_pre(self, optimizer: torch.optim.Optimizer, has_closure: bool) -> bool:
         """Before a step; True asks for its closure to be wrapped (the step is read when it returns)."""
         if self._broken:
             return False
         self._guard("optimizer", lambda: self._register_optimizer(optimizer))
-        if not self._is_primary(optimizer):
+        w = self._model_of.get(optimizer)
+        if w is None:  # the model is not known yet: a closure's forward may make it known (LBFGS's first step)
+            if has_closure and self._is_primary(optimizer):
+                self._stepping, self._closure_step = (optimizer, None, True), True
+                return True
             return False
+        primary = self._is_primary(optimizer)
+        # a new phase: an optimizer made after the run's first steps, or one that steps again before the primary does;
+        # its steps are the run's steps from now on
+        if not primary and (optimizer in self._since_primary or optimizer in self._later_phase):
+            self._later_phase.discard(optimizer)
+            self._primary = weakref.ref(optimizer)
+            self._clock = w
+            self.writer.update_run(optimizer=type(optimizer).__name__)
+            primary = True
+        if primary:
+            self._since_primary = weakref.WeakSet()
+        else:
+            self._since_primary.add(optimizer)
+        self._stepping = (optimizer, w, primary)
         if has_closure:
             self._closure_step = True
             return True
-        self.own.timed(lambda: self._guard("step", self._begin_step))
+        self.own.timed(lambda: self._guard("step", lambda: self._begin(w, primary)))
         return False
 
     def on_closure_end(self, optimizer: torch.optim.Optimizer, result: Any) -> None:
-        if self._broken or not self._closure_step or not self._is_primary(optimizer):
+        stepping = self._stepping
+        if self._broken or not self._closure_step or stepping is None or stepping[0] is not optimizer:
             return
         self._closure_step = False  # later calls of the closure (LBFGS's line search) are past the step's start
         self.loss.close_over(result)
-        self.own.timed(lambda: self._guard("step", self._begin_step))
+        w = stepping[1] or self._model_of.get(optimizer)
+        self._stepping = (optimizer, w, stepping[2])
+        if w is not None:
+            self.own.timed(lambda: self._guard("step", lambda: self._begin(w, stepping[2])))
 
     def on_optimizer_post(self, optimizer: torch.optim.Optimizer) -> None:
-        if self._broken or not self._is_primary(optimizer):
+        stepping = self._stepping
+        if self._broken or stepping is None or stepping[0] is not optimizer:
             return
+        _, w, primary = stepping
+        if w is None:
+            w = self._model_of.get(optimizer)
+            if w is None:
+                self._stepping = None
+                return
         if not self._step_open:  # a closure step whose closure never ran
-            self.own.timed(lambda: self._guard("step", self._begin_step))
-        self.own.timed(lambda: self._guard("step", self._end_step))
-        self._run_actions()
+            self.own.timed(lambda: self._guard("step", lambda: self._begin(w, primary)))
+        self.own.timed(lambda: self._guard("step", lambda: self._end(w, primary)))
+        if primary:
+            self._run_actions()
 
     def on_backward_begin(self, tensors: Any) -> None:
         if self._broken:
             return
         try:
-            if self.watched is None and self._created and self._forward.candidates:
+            if not self.models and self._created and self._forward.candidates:
                 self._adopt_for(list(self._created))  # the model is known before its first step's backward
             self.loss.backward(tensors)
             w = self.watched
-            if self._n_backward == 0 and not self._zeroed and w is not None:
+            if self._n_backward == 0 and not self._zeroed and w is not None and len(self.models) == 1:
                 existing = [p.grad for p in w.layout.params if p.grad is not None]
                 if not existing:
                     self._zeroed = True
@@ -307,8 +363,9 @@ class Session:
             return
         if self._n_backward >= 2 or self._auto_steps:  # no optimizer at all: a step per backward
             self._auto_steps = True
-            self.own.timed(lambda: self._guard("step", self._begin_step))
-            self.own.timed(lambda: self._guard("step", self._end_step))
+            w = self.watched
+            self.own.timed(lambda: self._guard("step", lambda: self._begin(w, True)))
+            self.own.timed(lambda: self._guard("step", lambda: self._end(w, True)))
             self._run_actions()
 
     def on_zero_grad(self) -> None:
@@ -317,13 +374,16 @@ class Session:
     def on_clip(self, parameters: list[torch.Tensor], how: str, limit: float | None) -> None:
         """Clipping is about to change the gradients: read the step's values now (the last clip before
         the step wins), so that the step records and judges the gradients as the backward made them."""
-        w = self.watched
-        if self._broken or w is None or self._step_open or not parameters or id(parameters[0]) not in w.layout.param_index:
+        if self._broken or self._step_open or not parameters:
             return
-        self._clip_limit = limit if how == "norm" else None
+        w = next((m for m in self.models if id(parameters[0]) in m.param_ids), None)
+        if w is None:
+            return
+        self._clip_limit = limit if how == "norm" and limit is not None and math.isfinite(limit) else None
+        clock = w is self.watched
 
         def stash() -> None:
-            self._stash = self._collect(w)
+            self._stash = (w, self._collect(w, clock))
 
         self.own.timed(lambda: self._guard("step", stash))
 
@@ -337,19 +397,22 @@ class Session:
         if self._broken or stepped:
             return
         self._guard("optimizer", lambda: self._register_optimizer(optimizer))
-        if not self._is_primary(optimizer):
+        w = self._model_of.get(optimizer)
+        if w is None:
             return
+        primary = self._is_primary(optimizer)
         self._skipped = True
         if not self._step_open:
-            self.own.timed(lambda: self._guard("step", self._begin_step))
-        self.writer.put_event(self.step, EVENT_SKIPPED, "amp_skip", message="the GradScaler skipped this step: its gradients held inf/NaN")
-        self.own.timed(lambda: self._guard("step", self._end_step))
-        self._run_actions()
+            self.own.timed(lambda: self._guard("step", lambda: self._begin(w, primary)))
+        if primary:
+            self.writer.put_event(self.step, EVENT_SKIPPED, "amp_skip", message="the GradScaler skipped this step: its gradients held inf/NaN")
+        self.own.timed(lambda: self._guard("step", lambda: self._end(w, primary)))
+        if primary:
+            self._run_actions()
 
-    def _on_root_call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        self.inputs.add(self.step, args, kwargs)
-        w = self.watched
-        if w is not None and w.recorder.armed and self._input_stats is None:
+    def _on_root_call(self, w: Watched, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        w.inputs.add(self.step, args, kwargs)
+        if w is self.watched and w.recorder.armed and self._input_stats is None:
             try:
                 x = first_tensor(args) if args else first_tensor(kwargs)
                 if x is not None and x.is_floating_point() and x.numel() > 1:
@@ -361,8 +424,17 @@ class Session:
 
     def _on_output(self, module: nn.Module, output: Any) -> None:
         """Every module call's output: its graph node is marked with the module, so that a non-finite loss
-        can be traced to the module where it started (nanorigin), also before the model is known."""
-        nanorigin.tag(output if isinstance(output, torch.Tensor) else first_tensor(output), module)
+        can be traced to the module where it started (nanorigin), also before the model is known. On a step
+        probed for where non-finite gradients are made, each output's gradient is looked at as it passes."""
+        out = output if isinstance(output, torch.Tensor) else first_tensor(output)
+        nanorigin.tag(out, module)
+        if self._probe is not None and self._probe.step == self.step and out is not None and out.requires_grad:
+            gid = self._index.get(id(module))
+            if gid is not None and gid in self._leaves:
+                try:
+                    self._probe.watch(gid, out)
+                except RuntimeError:  # a tensor that takes no hook (an inference-mode view, say): not looked at
+                    pass
 
     # -- structure ----------------------------------------------------------------
     def _is_primary(self, optimizer: torch.optim.Optimizer) -> bool:
@@ -376,15 +448,22 @@ class Session:
         if self._primary is None or self._primary() is None:
             self._primary = weakref.ref(optimizer)
             self.writer.update_run(optimizer=type(optimizer).__name__)
-        if self.watched is None and self._forward.candidates:
-            self._adopt_for([optimizer])
+        owner = next((w for w in self.models if w.owns(optimizer)), None)
+        if owner is None and self._forward.candidates:
+            owner = self._adopt_for([optimizer])
+        if owner is not None:
+            self._model_of[optimizer] = owner
+            if self._is_primary(optimizer):
+                self._clock = owner
 
-    def _adopt_for(self, optimizers: list[torch.optim.Optimizer]) -> None:
+    def _adopt_for(self, optimizers: list[torch.optim.Optimizer]) -> Watched | None:
         """Adopt the top-level module called so far that owns these optimizers' parameters."""
         wanted = {id(p) for opt in optimizers for g in opt.param_groups for p in g["params"]}
-        root = self._forward.choose(wanted)
-        if root is not None:
-            self._adopt(root)
+        known = set().union(*(w.param_ids for w in self.models)) if self.models else set()
+        root = self._forward.choose(wanted - known)
+        if root is None or any(w.root is unwrap(root) for w in self.models):
+            return None
+        return self._adopt(root)
 
     def _optimizer_param_ids(self) -> set[int]:
         out: set[int] = set()
@@ -397,30 +476,70 @@ class Session:
         conds = list(self.settings.conditions) + list(self.settings.breaks)
         return max(HISTORY_STEPS, max([self.settings.thresholds.loss_spike_window] + [w for c in conds for w in c.windows]) + 1)
 
-    def _adopt(self, root: nn.Module) -> None:
+    def _adopt(self, called: nn.Module) -> Watched:
+        """Watch ``called`` (the module the loop calls): the model inside its wrappers (DDP, torch.compile). A second
+        model (a GAN's other network, a later training phase) names every model's modules ``<model>.<name>``."""
+        root = unwrap(called)
         s = self.settings
+        prefix = ""
+        if self.models:
+            taken = {w.prefix for w in self.models}
+            if len(self.models) == 1 and not self.models[0].prefix:
+                first = self.models[0]
+                first.rename(model_name(first.root, set()), self.writer)
+                self._reindex()
+                taken = {first.prefix}
+            prefix = model_name(root, taken)
+        last = self.models[-1] if self.models else None
         w = Watched(root, thresholds=s.thresholds, triggers=s.triggers, conditions=s.conditions, capture_window=s.capture_window,
-                    history_len=self._history_len())
-        self.watched = w
+                    history_len=self._history_len(), inputs=Inputs(s.capture_window + 1, s.capture_bytes), part=len(self.models),
+                    module_offset=last.module_offset + last.layout.n_modules if last else 0,
+                    param_offset=last.param_offset + len(last.layout.params) if last else 0, prefix=prefix)
+        w.first_step = self.step
+        self.models.append(w)
         fw = self._forward
-        found_in_step = bool(fw.candidates)  # chosen at a step: this step's forward ran before the model was known
+        found_in_step = id(called) in fw.candidates  # chosen at a step: this step's forward ran before the model was known
         order: list[int] | None = None
         if found_in_step:
             w.note_loss_modules(fw.candidates)
-            call = fw.last_call.get(id(root))
+            call = fw.last_call.get(id(called))
             if call is not None:  # keep this step's input
-                self.inputs.add(self.step, tuple(call[0]), dict(call[1]))
+                w.inputs.add(self.step, tuple(call[0]), dict(call[1]))
             pos = {key: i for i, key in enumerate(fw.order)}
-            if pos:
+            if pos and len(self.models) == 1:
                 order = sorted(range(w.layout.n_modules), key=lambda i: pos.get(id(w.layout.modules[i]), 10**9))
         w.write_structure(self.writer, order, self._optimizer_param_ids())
-        device = next((str(p.device) for p in w.layout.params), "cpu")
-        self.writer.update_run(model=type(root).__name__, device=device)
-        fw.follow(root)
+        if len(self.models) == 1:
+            device = next((str(p.device) for p in w.layout.params), "cpu")
+            self.writer.update_run(model=type(root).__name__, device=device)
+        else:
+            self.writer.update_run(models=[m.describe() for m in self.models])
+        for opt in list(self._optimizers):
+            if opt not in self._model_of and w.owns(opt):
+                self._model_of[opt] = w
+                if self._is_primary(opt):
+                    self._clock = w
+        if called is not root:  # what wraps the model (torch.compile, DDP) stands for its root: its output is the model's
+            w.layout.module_index.setdefault(id(called), 0)
+        self._reindex()
+        fw.follow(w, w.recorder, called, root)
         if found_in_step:
             self._extra_sample = self.step + 1  # the forward of this step is past: measure the next one
         elif self._sampled(self.step):
             w.recorder.arm(want_order=not w.order_known)
+        return w
+
+    def _reindex(self) -> None:
+        """id() of every watched module -> its store id, for tracing a NaN to its module across models."""
+        self._index = {id(m): w.module_offset + i for w in self.models for i, m in enumerate(w.layout.modules)}
+        self._leaves = {w.module_offset + i for w in self.models for i, m in enumerate(w.layout.modules) if is_leaf(m)}
+        self._rank_of = {w.module_offset + i: w.module_offset + r for w in self.models for i, r in w.rank.items()}
+
+    def _name(self, module_id: int) -> str:
+        for w in self.models:
+            if w.module_offset <= module_id < w.module_offset + len(w.names):
+                return w.names[module_id - w.module_offset]
+        return str(module_id)
 
     # -- the step ---------------------------------------------------------------
     def _sampled(self, step: int) -> bool:
@@ -432,25 +551,31 @@ class Session:
         wanted = self.settings.defer
         if wanted is None:
             wanted = device.type == "cuda"
-        if not wanted or device.type not in ("cuda", "cpu") or self.watches.actions or self._in_step:  # (other accelerators: no events here)
-            return False
+        if not wanted or device.type not in ("cuda", "cpu") or self.watches.actions or self._in_step or len(self.models) > 1:
+            return False  # (other accelerators: no events here; several models: each step is read at once)
         self.watches.refresh(self.writer, self.step)  # a watch set from the editor turns deferral off before its step
         return not self.watches.triggers
 
-    def _collect(self, w: Watched) -> Collected | Pending:
+    def _step_of(self, clock: bool) -> int:
+        """The run's step a model's step belongs to: the clock's own, or for another model the clock's step
+        it followed (a GAN's generator step after the discriminator's step s is step s)."""
+        return self.step if clock or self.step == 0 else self.step - 1
+
+    def _collect(self, w: Watched, clock: bool) -> Collected | Pending:
         """Collect on the device: the common step's fused norms, or everything a sampled step needs."""
         layout = w.layout
-        step = self.step
-        sampled = self._sampled(step)
+        step = self._step_of(clock)
+        sampled = self._sampled(step) if clock else w.recorder.armed or bool(w.recorder.rows)
         losses, on_host = self.loss.split()
         explicit = self.loss.explicit if self.loss.explicit is not None else (
             self.loss.closure if isinstance(self.loss.closure, float) else None)
         zeroed = self._zeroed_flag({})
-        if not sampled and self._prebw is None and self._upd_ids is None and self._input_stats is None:
+        if not sampled and self._prebw is None and (self._upd_ids is None or not clock) and self._input_stats is None:
             device = layout.params[0].device if layout.params else torch.device("cpu")
             meta: dict[str, object] = {"explicit_loss": explicit, "lr": self._lr(), "n_backward": self._n_backward, "zeroed": zeroed,
                                        "clip_limit": self._clip_limit, "amp_scale": None, "loss_factor": self.loss.factor()}
-            fast = col.common(layout, losses, on_host, defer=self._deferring(device), ring=self._ring, step=step, meta=meta)
+            fast = col.common(layout, losses, on_host, defer=clock and self._deferring(device), ring=self._ring, step=step, meta=meta,
+                              reduce=self.dist.reduce)
             if isinstance(fast, Pending):
                 return fast
             if fast is not None:
@@ -460,9 +585,9 @@ class Session:
                                  explicit_loss=explicit, loss_factor=self.loss.factor(), clip_limit=self._clip_limit)
         if self.loss.scale is not None:
             self._transfer.add("amp_scale", self.loss.scale.reshape(1))
-        stats, self._input_stats = self._input_stats, None
+        stats, self._input_stats = (self._input_stats, None) if clock else (None, self._input_stats)
         sample, mods, host, act_ids = col.general(w, self._transfer, losses, on_host, sampled=sampled, prebw=self._prebw, input_stats=stats,
-                                                  keep_work_space=self._sampled(step + 1))
+                                                  keep_work_space=self._sampled(step + 1), reduce=self.dist.reduce)
         self._take_recorder_extras(w, step)
         when, wall = col.now()
         scale = host.get("amp_scale")
@@ -477,60 +602,65 @@ class Session:
             modes = np.full(layout.n_modules, np.nan)
             for mid, training in rec.modes.items():
                 modes[mid] = float(training)
-            self.writer.put_metric(step, "training", modes)
+            self.writer.put_metric(step, "training", modes, part=w.part)
         if rec.order and not w.order_known:
             w.learn_order(self.writer, rec.order)
+            self._reindex()
         for mid, arr in rec.captured:
-            self.writer.put_tensor(step, layout.names[mid], "activation", arr)
+            self.writer.put_tensor(step, w.names[mid], "activation", arr)
         if rec.captured or rec.capture:
             rec.capture, rec.captured = set(), []
 
-    def _begin_step(self) -> None:
-        w = self.watched
+    def _begin(self, w: Watched | None, clock: bool) -> None:
+        """A model's step has its gradients: collect, then process (or, deferred, process the previous step)."""
         self._step_open = True
         if w is None:  # no model known: the loss alone
-            t = self._transfer
-            losses, on_host = self.loss.split()
-            if losses:
-                t.add("loss", [x.float().reshape(()) for x in losses])
-            if self._prebw is not None:
-                t.add("prebw", [self._prebw])
-            host = t.fetch()
-            explicit = self.loss.explicit
-            values = col.host_losses(host.get("loss"), on_host)
-            loss = explicit if explicit is not None else (float(np.mean(values)) * self.loss.factor() if values is not None else None)
-            self._write_step(StepRow(self.step, time.time(), self._duration(), loss, self._lr(), None, None, False, self._n_backward,
-                                     self._zeroed_flag(host), False, None if loss is None else int(math.isfinite(loss)), self._skipped))
+            self._loss_only_step()
             return
-        result, self._stash = (self._stash, None) if self._stash is not None else (self._collect(w), None)
+        stash, self._stash = self._stash, None
+        result = stash[1] if stash is not None and stash[0] is w else self._collect(w, clock)
         if isinstance(result, Pending):  # read the previous step's values, whose copy has landed meanwhile
             previous, self._pending = self._pending, result
             if previous is not None:
-                self._process(col.from_pending(w.layout, previous), current=False)
+                self._process(col.from_pending(w.layout, previous), w, current=False)
             return
-        self._finish_pending()  # steps are processed in order
+        if clock:
+            self._finish_pending()  # steps are processed in order
         result.skipped = self._skipped
-        self._process(result, current=True)
+        self._process(result, w, current=True)
+
+    def _loss_only_step(self) -> None:
+        t = self._transfer
+        losses, on_host = self.loss.split()
+        if losses:
+            t.add("loss", [x.float().reshape(()) for x in losses])
+        if self._prebw is not None:
+            t.add("prebw", [self._prebw])
+        host = t.fetch()
+        explicit = self.loss.explicit
+        values = col.host_losses(host.get("loss"), on_host)
+        loss = explicit if explicit is not None else (float(np.mean(values)) * self.loss.factor() if values is not None else None)
+        self.writer.put_step(StepRow(self.step, time.time(), self._duration(), loss, self._lr(), None, None, False, self._n_backward,
+                                     self._zeroed_flag(host), False, None if loss is None else int(math.isfinite(loss)), self._skipped))
 
     def _finish_pending(self) -> None:
         pending, self._pending = self._pending, None
-        if pending is not None and self.watched is not None:
-            w = self.watched
-            self._guard("step", lambda: self._process(col.from_pending(w.layout, pending), current=False))
-
-    def _process(self, c: Collected, *, current: bool) -> None:
-        """Step values, triggers and watches, capture, and the store rows of one step from its host-side values.
-        ``c.step`` is this step, or the one before when its values were deferred."""
         w = self.watched
-        assert w is not None
+        if pending is not None and w is not None:
+            self._guard("step", lambda: self._process(col.from_pending(w.layout, pending), w, current=False))
+
+    def _process(self, c: Collected, w: Watched, *, current: bool) -> None:
+        """Step values, triggers and watches, capture, and the store rows of one model's step from its host-side
+        values. ``c.step`` is this step, or the one before when its values were deferred."""
         layout, history = w.layout, w.history
+        clock = w is self.watched
         loss = loss_of(c)
         gnorm, gmax = global_norms(c)
-        if loss is not None and math.isfinite(loss) and len(self._loss_start) < LOSS_SCALE_STEPS:
+        if clock and loss is not None and math.isfinite(loss) and len(self._loss_start) < LOSS_SCALE_STEPS:
             self._loss_start.append(abs(loss))
             self._loss_scale = float(np.median(self._loss_start))
-        counts = nonfinite_counts(layout, c, current=c.step == self.step)
-        upd = self._write_updates(c.host)
+        counts = nonfinite_counts(layout, c, current=current)
+        upd = self._write_updates(c.host) if clock else None
         values = step_values(c, layout, loss=loss, gnorm=gnorm, gmax=gmax, loss_scale=self._loss_scale, nonfinite_counts=counts,
                              update_ratio=upd)
         history.push(values)
@@ -539,65 +669,80 @@ class Session:
         if anomalies and not in_window:
             # a deferred step is past: capture the step at hand (its gradients and input are still here),
             # unless the run is closing and no later step ran
-            last = self.inputs.last()
+            last = w.inputs.last()
             at = self.step if last is not None and last[0] == self.step else c.step
             self._capture_until = at + self.settings.capture_window
             worst = worst_modules(layout, anomalies, c.mods, history, w.own)
-            budget = capture(self.writer, layout, at, worst, self.inputs, self.settings.capture_bytes)
-            self._capture_acts = (interesting(layout, worst), budget)
+            budget = capture(self.writer, layout, w.names, at, worst, w.inputs, self.settings.capture_bytes)
+            self._capture_acts = (w, interesting(layout, worst), budget)
             capture_now = True
         else:
             capture_now = in_window
         origin = self._nan_origin if current else None
+        probe = self._probe
+        if probe is not None and probe.step == c.step and current:
+            self._probe = None
+            made = probe.origin(self._rank_of)
+            if made is not None and not values.scalars.get("loss_nonfinite"):  # (a non-finite forward says nothing of the backward)
+                name = self._name(made)
+                self.writer.put_event(c.step, EVENT_ORIGIN, "backward", module=name, message=(
+                    f"non-finite gradients are made in the backward of {name!r}: the gradient of its output is finite, "
+                    "the one it passes back is not"), data={"origin": name, "where": "backward"})
+        elif (probe is None and current and origin is None and values.scalars.get("grad_nonfinite")
+              and not values.scalars.get("loss_nonfinite") and c.step == self.step):
+            self._probe = nanorigin.BackwardProbe(self.step + 1)  # the loss is finite, the gradients are not: watch the next backward
         for f in anomalies:
             data: dict[str, Any] = {"capture_until": self._capture_until, **({"captured_at": self.step} if c.step != self.step else {})}
             if f.trigger == "nan_inf" and origin is not None:
-                where = "the input batch" if origin == nanorigin.INPUT else "the loss" if origin == nanorigin.LOSS else repr(layout.names[origin])
-                f.module = None if origin < 0 else layout.names[origin]
+                name = "input" if origin == nanorigin.INPUT else "loss" if origin == nanorigin.LOSS else self._name(origin)
+                where = "the input batch" if origin == nanorigin.INPUT else "the loss" if origin == nanorigin.LOSS else repr(name)
+                f.module = None if origin < 0 else name
                 f.message = f.message.split(" (first in")[0] + f" (first in {where}, traced in the step's autograd graph)"
-                data["origin"] = "input" if origin == nanorigin.INPUT else "loss" if origin == nanorigin.LOSS else layout.names[origin]
+                data["origin"] = name
             self.anomalies.append((c.step, f.trigger))
             self.writer.put_event(c.step, EVENT_TRIGGER, f.trigger, module=f.module, condition=f.condition, value=f.value,
                                   message=f.message, data=data)
-        self._record(w, c, loss, gnorm, gmax, capture_now)
+        self._record(w, c, loss, gnorm, gmax, capture_now, clock)
 
-    def _record(self, w: Watched, c: Collected, loss: float | None, gnorm: float | None, gmax: float | None, capture: bool) -> None:
+    def _record(self, w: Watched, c: Collected, loss: float | None, gnorm: float | None, gmax: float | None, capture: bool,
+                clock: bool) -> None:
         """The step's rows in the store."""
-        clipped = None
-        if c.clip_limit is not None and gnorm is not None and math.isfinite(gnorm):
-            clipped = gnorm * min(1.0, c.clip_limit / (gnorm + 1e-6))  # what clip_grad_norm_ leaves (its own formula)
-        finite = None if loss is None else int(math.isfinite(loss))
-        self._write_step(StepRow(c.step, c.wall, self._duration(c.when), loss, c.lr, gnorm, gmax, c.sampled, c.n_backward, c.zeroed, capture,
-                                 finite, c.skipped, c.clip_limit, clipped, c.amp_scale))
+        if clock:
+            clipped = None
+            if c.clip_limit is not None and gnorm is not None and math.isfinite(gnorm):
+                clipped = gnorm * min(1.0, c.clip_limit / (gnorm + 1e-6))  # what clip_grad_norm_ leaves (its own formula)
+            finite = None if loss is None else int(math.isfinite(loss))
+            self.writer.put_step(StepRow(c.step, c.wall, self._duration(c.when), loss, c.lr, gnorm, gmax, c.sampled, c.n_backward, c.zeroed,
+                                         capture, finite, c.skipped, c.clip_limit, clipped, c.amp_scale))
+        else:
+            self.writer.put_model_step(c.step, w.part, time=c.wall, loss=loss, lr=c.lr, grad_norm=gnorm, grad_max=gmax,
+                                       n_backward=c.n_backward, skipped=c.skipped)
         mods = c.mods
         for kind in ("grad_norm", "grad_max", "grad_mean", "grad_zero_frac", "weight_norm", "nan_count", *ACTIVATION_FIELDS):
             if kind in mods:
-                self.writer.put_metric(c.step, kind, mods[kind])
-        self.writer.put_metric(c.step, "param_grad_norm", c.sample.l2)
+                self.writer.put_metric(c.step, kind, mods[kind], part=w.part)
+        self.writer.put_metric(c.step, "param_grad_norm", c.sample.l2, part=w.part)
         if "input" in c.host:
-            self.writer.put_metric(c.step, "input_stats", c.host["input"])
+            self.writer.put_metric(c.step, "input_stats", c.host["input"], part=w.part)
         rec = w.recorder
         if rec.loss_modules - w.loss_modules_seen:
             w.loss_modules_seen |= rec.loss_modules
-            self.writer.update_run(loss_module=",".join(sorted(w.loss_modules_seen)))
+            self.writer.update_run(loss_module=",".join(sorted(set().union(*(m.loss_modules_seen for m in self.models)))))
         if c.sampled and c.step >= w.params_due:  # (parameters' set-up rarely changes: not at every step of full detail)
             w.params_due = c.step + DEFAULT_EVERY
             self._update_params(w, c.sample.present)
         primary = self._primary() if self._primary is not None else None
-        if c.sampled and primary is not None and c.step == self.step and not c.skipped:
+        if clock and c.sampled and primary is not None and c.step == self.step and not c.skipped:
             in_opt = {id(p) for g in primary.param_groups for p in g["params"]}
             ids = [j for j, p in enumerate(w.layout.params) if id(p) in in_opt and c.sample.present[j]]
             w.updates.before(w.layout, ids)
 
-    def _end_step(self) -> None:
-        w = self.watched
-        if w is not None:
+    def _end(self, w: Watched | None, clock: bool) -> None:
+        """A model's step is done (its optimizer has stepped): the run's step advances with the clock's."""
+        if w is not None and clock:
             ids = w.updates.after(w.layout, self._transfer, keep=self._sampled(self.step + 1))
             if ids is not None and not self._skipped:
                 self._upd_ids, self._upd_step = ids, self.step
-        self.step += 1
-        if self.step % ot.OVERHEAD_WINDOW == 0:
-            self.own.check(self.step, self.writer, self.settings.every, DEFAULT_EVERY)
         self.loss.reset()
         self._n_backward = 0
         self._zeroed = None
@@ -608,12 +753,19 @@ class Session:
         self._nan_origin = None
         self._step_open = False
         self._closure_step = False
-        if w is not None and self._sampled(self.step):
-            if self._capture_acts is not None:
-                w.recorder.capture, w.recorder.capture_budget = self._capture_acts
-                w.recorder.captured = []
-                self._capture_acts = None
-            w.recorder.arm(want_order=not w.order_known)
+        self._stepping = None
+        if not clock:
+            return
+        self.step += 1
+        if self.step % ot.OVERHEAD_WINDOW == 0:
+            self.own.check(self.step, self.writer, self.settings.every, DEFAULT_EVERY)
+        if self._sampled(self.step):
+            for m in self.models:
+                if self._capture_acts is not None and self._capture_acts[0] is m:
+                    m.recorder.capture, m.recorder.capture_budget = self._capture_acts[1], self._capture_acts[2]
+                    m.recorder.captured = []
+                m.recorder.arm(want_order=not m.order_known)
+            self._capture_acts = None
         if self.progress is not None:
             try:
                 self.progress(self)
@@ -621,7 +773,8 @@ class Session:
                 pass
 
     def _run_actions(self) -> None:
-        self.watches.run_actions(self.step - 1, self.writer, self.store_path)
+        self.dist.agree_to_stop(self.watches, self.step - 1)
+        self.watches.run_actions(self.step - 1, self.writer, self.store_path, self.dist.tag)
 
     def _evaluate(self, w: Watched, history: History) -> list[Fired]:
         """The built-in triggers and the user's conditions that fire at this step (and the watches)."""
@@ -651,7 +804,7 @@ class Session:
             return
         if math.isfinite(value):
             return
-        found = nanorigin.origin(loss, w.layout.module_index, w.rank)
+        found = nanorigin.origin(loss, self._index, self._rank_of)
         if found is not None:
             self._nan_origin = found
 
@@ -665,7 +818,8 @@ class Session:
         return None
 
     def _lr(self) -> float | None:
-        opt = self._primary() if self._primary is not None else None
+        stepping = self._stepping
+        opt = stepping[0] if stepping is not None else (self._primary() if self._primary is not None else None)
         if opt is None or not opt.param_groups:
             return None
         lr = opt.param_groups[0].get("lr")
@@ -679,16 +833,13 @@ class Session:
         d, self._last_time = now - self._last_time, now
         return d
 
-    def _write_step(self, row: StepRow) -> None:
-        self.writer.put_step(row)
-
     def _write_updates(self, host: dict[str, np.ndarray]) -> np.ndarray | None:
         """The update ratio of the last sampled step, whose values came with this transfer."""
         w = self.watched
         if self._upd_ids is None or "upd_delta" not in host or w is None:
             return None
         upd = gs.update_ratio(w.layout, self._upd_ids, host["upd_delta"], host["upd_weight"])
-        self.writer.put_metric(self._upd_step, "update_ratio", upd)
+        self.writer.put_metric(self._upd_step, "update_ratio", upd, part=w.part)
         self._upd_ids = None
         return upd
 
@@ -703,7 +854,7 @@ class Session:
                 state = (state[0], state[1], max(state[2], old[2]))
             if state != old:
                 w.params_state[j] = state
-                self.writer.set_param_state(j, *state)
+                self.writer.set_param_state(w.param_offset + j, *state)
             if state[2] and not state[1] and self._primary is not None:
                 unstepped.append(layout.param_names[j])
         if unstepped and not self._warned_unstepped:
@@ -724,12 +875,37 @@ class Session:
         """Report once and degrade: a broken step path turns collection off, training goes on."""
         if where not in self._errors:
             self._errors.add(where)
-            print(f"gradsight: internal error in {where} ({exc!r}); collection degraded, training continues", file=sys.stderr)
+            print(f"gradsight{self.dist.tag}: internal error in {where} ({exc!r}); collection degraded, training continues", file=sys.stderr)
             try:
                 self.writer.put_event(self.step, EVENT_WARNING, "internal_error", message=f"{where}: {exc!r}")
             except Exception:
                 pass
         if where == "step":
             self._broken = True
-            if self.watched is not None:
-                self.watched.recorder.disarm()
+            for w in self.models:
+                w.recorder.disarm()
+
+
+def model_name(root: nn.Module, taken: set[str]) -> str:
+    """A short name for a watched model: the variable that holds it in the user's frame (``netG``, or an
+    attribute of ``self`` such as ``generator``), else its class; made unique among ``taken``."""
+    name = ""
+    frame = user_frame()
+    for _ in range(6):
+        if frame is None or name:
+            break
+        for key, value in list(frame.f_locals.items()):
+            if value is root and key != "self" and key.isidentifier():
+                name = key
+                break
+        owner = frame.f_locals.get("self")
+        if not name and isinstance(owner, nn.Module):
+            name = next((k for k, child in owner.named_children() if child is root), "")
+        if not name:
+            name = next((k for k, v in list(frame.f_globals.items()) if v is root and k.isidentifier()), "")
+        frame = frame.f_back
+    name = name or type(root).__name__
+    out, k = name, 2
+    while out in taken:
+        out, k = f"{name}_{k}", k + 1
+    return out

@@ -33,7 +33,7 @@ class Progress:
     def __call__(self, session: Session) -> None:
         for step, name in session.anomalies[self._shown:]:
             self._clear()
-            print(f"gradsight: anomaly at step {step}: {name}", file=self.stream, flush=True)
+            print(f"gradsight{session.dist.tag}: anomaly at step {step}: {name}", file=self.stream, flush=True)
         self._shown = len(session.anomalies)
         now = time.monotonic()
         if self.tty and now - self._last > 0.25:
@@ -170,7 +170,8 @@ def _exit_status(code: Any) -> int:
 def _summary(session: Session) -> None:
     n = len(session.anomalies)
     parts = [f"{name} at step {step}" for step, name in session.anomalies]
-    line = f"gradsight: {session.step} steps, {n} anomal{'y' if n == 1 else 'ies'}"
+    tag = session.dist.tag
+    line = f"gradsight{tag}: {session.step} steps, {n} anomal{'y' if n == 1 else 'ies'}"
     if parts:
         line += ": " + ", ".join(parts)
     share = session.own_share()
@@ -178,5 +179,5 @@ def _summary(session: Session) -> None:
         line += f"; its own work added {share:.0%} to the run's time"
     print(line, file=sys.stderr)
     if session.layout is None and session.step == 0:
-        print("gradsight: no training step was seen (no optimizer.step() and no backward())", file=sys.stderr)
-    print(f"gradsight: run store {session.store_path}  (inspect: gradsight diagnose {session.store_path})", file=sys.stderr)
+        print(f"gradsight{tag}: no training step was seen (no optimizer.step() and no backward())", file=sys.stderr)
+    print(f"gradsight{tag}: run store {session.store_path}  (inspect: gradsight diagnose {session.store_path})", file=sys.stderr)

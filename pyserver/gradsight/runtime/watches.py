@@ -37,6 +37,10 @@ class Watches:
         self._version = 0
         self.actions: list[Action] = []
 
+    @property
+    def has_breaks(self) -> bool:
+        return any(is_break for _, is_break in self.triggers)
+
     def add_breaks(self, breaks: tuple[Condition, ...]) -> None:
         self.triggers += [(Trigger(c.text, condition_check(c, c.text), 1), True) for c in breaks]
 

@@ -3,10 +3,11 @@
 from .paths import OutputError, check_replaceable, is_store, prepare_output, ro_uri
 from .reader import DamagedStore, Event, ModuleInfo, RunStore, TensorInfo, add_watch
 from .rows import ModuleRow, ParamRow, StepRow
-from .schema import EVENT_BREAKPOINT, EVENT_SKIPPED, EVENT_TRIGGER, EVENT_WARNING, SCHEMA_NAME, SCHEMA_VERSION, StoreError
+from .schema import EVENT_BREAKPOINT, EVENT_ORIGIN, EVENT_SKIPPED, EVENT_TRIGGER, EVENT_WARNING, SCHEMA_NAME, SCHEMA_VERSION, StoreError
 from .writer import StoreWriter
 
 __all__ = [
+    "EVENT_ORIGIN",
     "EVENT_SKIPPED",
     "DamagedStore",
     "ModuleRow",

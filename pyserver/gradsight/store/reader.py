@@ -16,6 +16,9 @@ import numpy as np
 from .paths import SQLITE_HEADER, ro_uri
 from .schema import StoreError, check_version
 
+PER_PARAMETER = frozenset({"param_grad_norm"})  # metric kinds over parameters, not modules
+PER_MODEL = frozenset({"input_stats"})  # metric kinds of a model as a whole
+
 
 @dataclass(frozen=True)
 class ModuleInfo:
@@ -196,27 +199,57 @@ class RunStore:
     def metric_kinds(self) -> list[str]:
         return [r[0] for r in self.conn.execute("SELECT DISTINCT kind FROM metrics ORDER BY kind")]
 
+    def offsets(self, kind: str) -> dict[int, int]:
+        """Where each watched model's values start in a metric's row: module ids, or parameter ids for
+        per-parameter kinds (one model: everything at 0)."""
+        models = self.run().get("models")
+        if not isinstance(models, list):
+            return {0: 0}
+        key = "param_offset" if kind in PER_PARAMETER else "module_offset"
+        out = {}
+        for m in models:
+            if isinstance(m, dict) and isinstance(m.get("part"), int) and isinstance(m.get(key), int):
+                out[m["part"]] = m[key]
+        return out or {0: 0}
+
     def metric(self, kind: str, *, since: int | None = None, width: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """(steps, matrix[len(steps), width]) of a per-module (or per-parameter) metric."""
-        sql = "SELECT step, data FROM metrics WHERE kind = ?"
+        """(steps, matrix[len(steps), width]) of a per-module (or per-parameter) metric: each watched model's
+        values at its modules' (parameters') ids; a per-model kind (input statistics) is the first model's."""
+        sql = "SELECT step, part, data FROM metrics WHERE kind = ?"
         args: list[Any] = [kind]
+        if kind in PER_MODEL:
+            sql += " AND part = 0"
         if since is not None:
             sql += " AND step >= ?"
             args.append(since)
-        rows = self.conn.execute(sql + " ORDER BY step", args).fetchall()
-        steps = np.array([r[0] for r in rows], dtype=np.int64)
-        arrays = [decode_array(r[1]) for r in rows]
+        rows = self.conn.execute(sql + " ORDER BY step, part", args).fetchall()
+        offsets = self.offsets(kind) if kind not in PER_MODEL else {0: 0}
+        steps = sorted({int(r[0]) for r in rows})
+        at = {s: i for i, s in enumerate(steps)}
+        parts = [(at[int(r[0])], offsets.get(int(r[1]), 0), decode_array(r[2])) for r in rows]
         if width is None:
-            width = max((len(a) for a in arrays), default=0)
-        mat = np.full((len(arrays), width), np.nan, dtype=np.float32)
-        for i, a in enumerate(arrays):
-            n = min(len(a), width)
-            mat[i, :n] = a[:n]
-        return steps, mat
+            width = max((off + len(a) for _, off, a in parts), default=0)
+        mat = np.full((len(steps), width), np.nan, dtype=np.float32)
+        for i, off, a in parts:
+            n = max(0, min(len(a), width - off))
+            mat[i, off:off + n] = a[:n]
+        return np.array(steps, dtype=np.int64), mat
+
+    def model_steps(self) -> dict[int, dict[str, np.ndarray]]:
+        """The steps of each watched model after the first (by part): loss, lr, grad_norm, ... as arrays."""
+        out: dict[int, dict[str, np.ndarray]] = {}
+        rows = self.conn.execute("SELECT part, step, loss, lr, grad_norm, grad_max, n_backward, skipped FROM model_steps ORDER BY part, step")
+        cols = ("step", "loss", "lr", "grad_norm", "grad_max", "n_backward", "skipped")
+        by_part: dict[int, list[tuple[Any, ...]]] = {}
+        for r in rows.fetchall():
+            by_part.setdefault(int(r[0]), []).append(r[1:])
+        for part, rs in by_part.items():
+            out[part] = {c: np.array([np.nan if r[i] is None else r[i] for r in rs], dtype=np.float64) for i, c in enumerate(cols)}
+        return out
 
     def metric_at(self, kind: str, step: int) -> np.ndarray | None:
-        row = self.conn.execute("SELECT data FROM metrics WHERE kind = ? AND step = ?", (kind, step)).fetchone()
-        return None if row is None else decode_array(row[0])
+        steps, mat = self.metric(kind, since=step)
+        return mat[0] if len(steps) and steps[0] == step else None
 
     # -- events, tensors, watches ---------------------------------------------
     def events(self, kind: str | None = None) -> list[Event]:

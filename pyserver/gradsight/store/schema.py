@@ -49,7 +49,13 @@ CREATE TABLE IF NOT EXISTS steps (
 );
 CREATE TABLE IF NOT EXISTS metrics (
     step INTEGER NOT NULL, kind TEXT NOT NULL, data BLOB NOT NULL,
-    PRIMARY KEY (step, kind)
+    part INTEGER NOT NULL DEFAULT 0,  -- the watched model (run.models) the values belong to: its modules' (or parameters') slice
+    PRIMARY KEY (step, kind, part)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS model_steps (  -- the steps of every watched model but the first, whose steps are the steps table
+    step INTEGER NOT NULL, part INTEGER NOT NULL, time REAL, loss REAL, lr REAL, grad_norm REAL, grad_max REAL,
+    n_backward INTEGER, skipped INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (step, part)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS metrics_kind ON metrics(kind, step);
 CREATE TABLE IF NOT EXISTS events (
@@ -73,6 +79,7 @@ EVENT_TRIGGER = "trigger"
 EVENT_BREAKPOINT = "breakpoint"
 EVENT_WARNING = "warning"
 EVENT_SKIPPED = "skipped"  # a step the optimizer did not take (GradScaler), recorded as its own step
+EVENT_ORIGIN = "origin"  # where the runtime traced non-finite values to (a module whose backward made them)
 
 
 class StoreError(Exception):

@@ -102,8 +102,23 @@ class StoreWriter:
         for rank, mid in enumerate(module_ids):
             self.execute("UPDATE modules SET forward_order = ? WHERE id = ?", (rank, mid))
 
-    def put_metric(self, step: int, kind: str, values: np.ndarray) -> None:
-        self.execute("INSERT OR REPLACE INTO metrics VALUES (?, ?, ?)", (step, kind, encode_array(values)))
+    def put_metric(self, step: int, kind: str, values: np.ndarray, part: int = 0) -> None:
+        """Values over one watched model's modules (or parameters): ``part`` is its place in ``run.models``."""
+        self.execute("INSERT OR REPLACE INTO metrics (step, kind, data, part) VALUES (?, ?, ?, ?)", (step, kind, encode_array(values), part))
+
+    def put_model_step(self, step: int, part: int, *, time: float, loss: float | None, lr: float | None, grad_norm: float | None,
+                       grad_max: float | None, n_backward: int, skipped: bool) -> None:
+        self.execute("INSERT OR REPLACE INTO model_steps VALUES (?,?,?,?,?,?,?,?,?)",
+                     (step, part, time, loss, lr, grad_norm, grad_max, n_backward, int(skipped)))
+
+    def rename_modules(self, renames: dict[str, str], params: dict[str, str]) -> None:
+        """Module (and parameter) names change when a run gains a second model: every row that names them follows."""
+        for old, new in renames.items():
+            for sql in ("UPDATE modules SET name = ? WHERE name = ?", "UPDATE events SET module = ? WHERE module = ?",
+                        "UPDATE tensors SET module = ? WHERE module = ?", "UPDATE modules SET parent = ? WHERE parent = ?"):
+                self.execute(sql, (new, old))
+        for old, new in params.items():
+            self.execute("UPDATE params SET name = ? WHERE name = ?", (new, old))
 
     def put_event(self, step: int | None, kind: str, name: str, *, module: str | None = None, condition: str | None = None,
                   value: float | None = None, message: str = "", data: dict[str, Any] | None = None) -> None:
