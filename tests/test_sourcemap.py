@@ -156,7 +156,20 @@ def test_creation_notes_map_every_style() -> None:
         assert not any("/torch/" in loc.file for loc in found.values())
 
 
+class HashedByState(nn.Module):
+    """Like torchmetrics' Metric: a hash of state its own __init__ sets (hashing it before then fails)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._defaults = {"x": 1}
+
+    def __hash__(self) -> int:
+        return hash(tuple(self._defaults))
+
+
 def test_creation_notes_leave_the_modules_untouched() -> None:
+    hashed = _noted(HashedByState)  # never hashed half-built
+    assert creation.created(hashed) is not None
     plain = Net()
     noted = _noted(Net)
     assert creation.created(noted) is not None and creation.created(plain) is None

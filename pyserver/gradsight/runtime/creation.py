@@ -8,8 +8,9 @@ new module, the call being evaluated in the innermost frame outside torch,
 gradsight and the module's own ``__init__`` chain (``direct``: a line of the user's
 code, or of a library such as transformers), and the innermost frame in a user
 file (``user``: for a Hugging Face model built by ``from_pretrained``, the
-script's line). The notes are kept beside the modules, weakly keyed: nothing is
-attached to a module, so deep-copying, pickling and ``torch.save`` are untouched.
+script's line). The notes are kept beside the modules, by id with a weak reference
+(never hashing a module that is half built): nothing is attached to a module, so
+deep-copying, pickling and ``torch.save`` are untouched.
 A copied module (``copy.deepcopy``, as ``nn.TransformerEncoder`` clones its layer)
 has no note of its own; the source map falls back to classes and containers for it.
 
@@ -53,7 +54,23 @@ class Created:
 
 
 OUTER_FRAMES = 6  # user frames kept around the creating one, for the name a factory's caller binds the model to
-_NOTES: weakref.WeakKeyDictionary[nn.Module, Created] = weakref.WeakKeyDictionary()
+# id(module) -> (a weak reference to it, its note). Not a WeakKeyDictionary: that hashes the module, and a class may
+# define __hash__ on state its own __init__ has not set yet (torchmetrics' Metric, which Lightning builds).
+_NOTES: dict[int, tuple[weakref.ref[nn.Module], Created]] = {}
+
+
+def _put(module: nn.Module, note: Created) -> None:
+    key = id(module)
+
+    def forget(_ref: weakref.ref[nn.Module]) -> None:  # the module is gone: so is its note
+        _NOTES.pop(key, None)
+
+    _NOTES[key] = (weakref.ref(module, forget), note)
+
+
+def _noted(module: nn.Module) -> bool:
+    got = _NOTES.get(id(module))
+    return got is not None and got[0]() is module
 _LOCK = threading.Lock()
 _installed = 0  # nesting count of install()
 _original_init: Any = None
@@ -144,11 +161,12 @@ def note(module: nn.Module, frame: FrameType | None) -> None:
                 user = here
         f = f.f_back
     if direct is not None:
-        _NOTES[module] = Created(direct, user, tuple(outer))
+        _put(module, Created(direct, user, tuple(outer)))
 
 
 def created(module: nn.Module) -> Created | None:
-    return _NOTES.get(module)
+    got = _NOTES.get(id(module))
+    return got[1] if got is not None and got[0]() is module else None
 
 
 def install() -> None:
@@ -163,7 +181,7 @@ def install() -> None:
 
         @functools.wraps(original)
         def __init__(self: nn.Module, *args: Any, **kwargs: Any) -> None:
-            if self not in _NOTES:  # a second call of Module.__init__ on the same object keeps the first site
+            if not _noted(self):  # a second call of Module.__init__ on the same object keeps the first site
                 try:
                     note(self, sys._getframe(1))
                 except Exception:  # never let the note break the user's model
