@@ -34,6 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "pyserver"))
 
 from gradsight.store import StoreWriter  # noqa: E402
+from gradsight.store.rows import ModuleRow, StepRow  # noqa: E402
 
 MODEL = '''from torch import nn
 
@@ -75,18 +76,22 @@ def build(ws: Path, steps: int, modules: int, every: int = 50) -> tuple[StoreWri
     w = StoreWriter(runs / "big.db", {"script": str(ws / "train.py"), "status": "running", "optimizer": "AdamW", "model": "Model",
                                       "cwd": str(ws)})
     blocks = max(1, (modules - 3) // 3)
-    rows: list[tuple[Any, ...]] = [(0, "", "Model", "model", None, 0, 0, 0, str(ws / "model.py"), 12, None, None),
-                                   (1, "blocks", "ModuleList", "torch.nn", "", 0, 0, 1, str(ws / "model.py"), lines["self.blocks"], "model.Model", "blocks")]
+    model_py, train_py = str(ws / "model.py"), str(ws / "train.py")
+    # as the runtime records them under gradsight trace: each module's creating call (site) beside its class attribute
+    rows: list[tuple[Any, ...]] = [(0, "", "Model", "model", None, 0, 0, 0, train_py, 4, None, None, "|Model|0", "model"),
+                                   (1, "blocks", "ModuleList", "torch.nn", "", 0, 0, 1, model_py, lines["self.blocks"], "model.Model", "blocks",
+                                    "Model.__init__|nn.ModuleList|0", "blocks")]
     for b in range(blocks):
-        rows += [(len(rows), f"blocks.{b}", "Block", "model", "blocks", 4160, 0, len(rows), str(ws / "model.py"), lines["self.blocks"],
-                  "model.Model", "blocks"),
-                 (len(rows) + 1, f"blocks.{b}.fc", "Linear", "torch.nn", f"blocks.{b}", 4160, 4160, len(rows) + 1, str(ws / "model.py"), lines["self.fc"],
-                  "model.Block", "fc"),
-                 (len(rows) + 2, f"blocks.{b}.act", "ReLU", "torch.nn", f"blocks.{b}", 0, 0, len(rows) + 2, str(ws / "model.py"), lines["self.act"],
-                  "model.Block", "act")]
-    rows.append((len(rows), "head", "Linear", "torch.nn", "", 65, 65, len(rows), str(ws / "model.py"), lines["self.head"], "model.Model", "head"))
+        rows += [(len(rows), f"blocks.{b}", "Block", "model", "blocks", 4160, 0, len(rows), model_py, lines["self.blocks"],
+                  "model.Model", "blocks", "Model.__init__|Block|0", f"blocks.{b}"),
+                 (len(rows) + 1, f"blocks.{b}.fc", "Linear", "torch.nn", f"blocks.{b}", 4160, 4160, len(rows) + 1, model_py, lines["self.fc"],
+                  "model.Block", "fc", "Block.__init__|nn.Linear|0", f"blocks.{b}.fc"),
+                 (len(rows) + 2, f"blocks.{b}.act", "ReLU", "torch.nn", f"blocks.{b}", 0, 0, len(rows) + 2, model_py, lines["self.act"],
+                  "model.Block", "act", "Block.__init__|nn.ReLU|0", f"blocks.{b}.act")]
+    rows.append((len(rows), "head", "Linear", "torch.nn", "", 65, 65, len(rows), model_py, lines["self.head"], "model.Model", "head",
+                 "Model.__init__|nn.Linear|0", "head"))
     for r in rows:
-        w.execute("INSERT INTO modules VALUES (?,?,?,?,?,?,?,?,?,?,?,?)", r)
+        w.put_module(ModuleRow(*r[:12], site=r[12], label=r[13]))
     names = [r[1] for r in rows]
     rng = np.random.default_rng(0)
     base = rng.uniform(0.1, 1.0, len(names))
@@ -99,8 +104,9 @@ def build(ws: Path, steps: int, modules: int, every: int = 50) -> tuple[StoreWri
 
 def put(w: StoreWriter, s: int, base: np.ndarray, rng: np.random.Generator, every: int, spike: bool = False) -> None:
     g = base * rng.lognormal(0, 0.1, len(base)) * (80 if spike else 1)
-    w.put_step({"step": s, "time": time.time(), "loss": 2.0 * np.exp(-s / 2000) + (10 if spike else 0), "lr": 1e-3,
-                "grad_norm": float(np.linalg.norm(g)), "sampled": int(s % every == 0), "grads_zeroed": 1, "loss_finite": 1})
+    w.put_step(StepRow(step=s, time=time.time(), duration=None, loss=2.0 * np.exp(-s / 2000) + (10 if spike else 0), lr=1e-3,
+                       grad_norm=float(np.linalg.norm(g)), grad_max=None, sampled=s % every == 0, n_backward=1, grads_zeroed=1,
+                       capture=False, loss_finite=1))
     w.put_metric(s, "grad_norm", g)
     w.put_metric(s, "grad_max", g / 10)
     if s % every == 0:

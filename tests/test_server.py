@@ -159,3 +159,23 @@ def test_server_never_imports_torch():
     assert out.stdout.split() == ["False", "False"]
     assert subprocess.run([*gradsight_cmd("serve", "--help")], capture_output=True, text=True,
                           env={"PYTHONPATH": str(ROOT / "pyserver")}).returncode == 0
+
+
+async def test_requests_on_an_unknown_document_answer_null(client: LanguageClient, explode_ws: Path):
+    """A document that is neither open nor on disk: every request on it answers null (no internal error), and the
+    server goes on answering for the documents it knows."""
+    uri, text = await opened(client, explode_ws)
+    ghost = (explode_ws / "gone" / "never_written.py").as_uri()
+    ident = lsp.TextDocumentIdentifier(uri=ghost)
+    at = lsp.Position(line=3, character=4)
+    everywhere = lsp.Range(start=lsp.Position(line=0, character=0), end=lsp.Position(line=40, character=0))
+    assert await client.text_document_hover_async(lsp.HoverParams(text_document=ident, position=at)) is None
+    assert await client.text_document_inlay_hint_async(lsp.InlayHintParams(text_document=ident, range=everywhere)) is None
+    assert await client.text_document_code_action_async(lsp.CodeActionParams(
+        text_document=ident, range=everywhere, context=lsp.CodeActionContext(diagnostics=[]))) is None
+    assert await client.text_document_code_lens_async(lsp.CodeLensParams(text_document=ident)) is None
+    checked = await command(client, "gradsight.validateCondition", {"condition": "grad_norm > 50", "uri": ghost, "line": 3})
+    assert checked["ok"] and checked["kind"] == "loop"
+    hover = await client.text_document_hover_async(lsp.HoverParams(text_document=lsp.TextDocumentIdentifier(uri=uri),
+                                                                   position=lsp.Position(line=line_of(text, "self.fc1 ="), character=12)))
+    assert hover is not None and "fc1" in hover.contents.value

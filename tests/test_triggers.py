@@ -84,7 +84,7 @@ def test_store_holds_modules_metrics_and_lines(tmp_path: Path) -> None:
             m = mods[name]
             assert m.file == str(FAULTS) and m.line is not None
             assert source[m.line - 1].strip().startswith(f"self.{name} = nn."), (name, m.line)
-        assert source[mods[""].line - 1].startswith("class Net")  # type: ignore[operator]
+        assert source[mods[""].line - 1].strip() == "model = Net()"  # type: ignore[operator]  # the model's own line (issue 17)
         assert [mods[n].forward_order for n in ("", "fc1", "act", "fc2", "act2", "out")] == [0, 1, 2, 3, 4, 5]
         assert mods["fc1"].n_params == 16 * 64 + 64
         steps = run.steps()

@@ -4,8 +4,13 @@
 //
 // Installs the packaged .vsix, opens a workspace with a training script, adds a tensor breakpoint
 // `grad_norm > 50` on `optimizer.step()`, presses F5 on a `gradsight` launch configuration and checks
-// the run pauses on that line at step 30 (where the fault makes the gradient explode); then checks the
-// health decorations, the hover, the heatmap panel and a fix applied from the light bulb.
+// the run pauses on that line at step 30 (where the fault makes the gradient explode), with none of gradsight's
+// frames in the Call Stack and its Debug Console lines as information; then checks the health decorations, the
+// hover, the interactive panel (it fills its area, shows the value under the mouse) and a fix applied from the light
+// bulb. A second run, of a tutorial-style script whose model is a module-level nn.Sequential, follows: the panel
+// shows it, a click on a heatmap cell opens that layer's line, the script's lines have decorations and a layer
+// hover. A third run, of an attention model with a collapsed head: the attention view shows a head's map and the
+// entropy per head (the collapsed head named), and the histogram and projection views render.
 // Screenshots of each step go to --shots. Exit status 0 only if every step passed.
 import { spawn, spawnSync } from 'node:child_process';
 import { cpSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -28,8 +33,9 @@ const require = createRequire(join(CS_DIR, 'package.json'));
 const { chromium } = require('playwright-core');
 
 const scratch = mkdtempSync(join(tmpdir(), 'gradsight-e2e-'));
+// the language server and every traced run import this checkout's pyserver (not whatever the interpreter has installed)
 const env = {
-    ...process.env, HOME: join(scratch, 'home'), TMPDIR: join(scratch, 'tmp'), XDG_CONFIG_HOME: join(scratch, 'config'),
+    ...process.env, PYTHONPATH: join(ROOT, 'pyserver'), HOME: join(scratch, 'home'), TMPDIR: join(scratch, 'tmp'), XDG_CONFIG_HOME: join(scratch, 'config'),
     XDG_DATA_HOME: join(scratch, 'data'), XDG_CACHE_HOME: join(scratch, 'cache'), PATH: `${NODE_BIN}:${process.env.PATH}`,
 };
 for (const d of ['home', 'tmp', 'config', 'data', 'cache']) { mkdirSync(join(scratch, d), { recursive: true }); }
@@ -48,6 +54,8 @@ function freePort() {
 function workspace() {
     mkdirSync(join(WS, '.vscode'), { recursive: true });
     cpSync(join(ROOT, 'tests', 'scripts', 'faults.py'), join(WS, 'train.py'));
+    cpSync(join(ROOT, 'tests', 'scripts', 'styles', 'seq_module.py'), join(WS, 'seq.py'));
+    cpSync(join(ROOT, 'tests', 'scripts', 'attention.py'), join(WS, 'attention.py'));
     writeFileSync(join(WS, '.vscode', 'launch.json'), JSON.stringify({
         version: '0.2.0',
         configurations: [{
@@ -125,20 +133,72 @@ async function step(page, name, shot, fn) {
 }
 
 async function palette(page, title) {
-    await page.keyboard.press('Control+Shift+P');
-    const input = page.locator('.quick-input-widget input');
-    await input.waitFor({ state: 'visible' });
-    await input.fill(`>${title}`);
-    await page.locator('.quick-input-list .monaco-list-row').first().waitFor();
-    await page.keyboard.press('Enter');
+    // keys typed while a webview has the focus stay in its iframe, and a webview that was just revealed may take the
+    // focus a moment later (closing the palette): give the focus back to the workbench and retry
+    for (let attempt = 0; ; attempt++) {
+        try {
+            if (await page.evaluate(() => document.activeElement?.tagName === 'IFRAME')) {
+                await page.locator('.tabs-container .tab.active').last().click();
+            }
+            await page.keyboard.press('Control+Shift+P');
+            const input = page.locator('.quick-input-widget input:visible').first();
+            await input.waitFor({ state: 'visible', timeout: 5000 });
+            await input.fill(`>${title}`, { timeout: 5000 });
+            await page.locator('.quick-input-list .monaco-list-row').first().waitFor({ timeout: 5000 });
+            await page.keyboard.press('Enter');
+            return;
+        } catch (e) {
+            if (attempt >= 3) { throw e; }
+            await page.keyboard.press('Escape').catch(() => {});
+            await page.waitForTimeout(700);
+        }
+    }
 }
 
 async function goToLine(page, line) {
     await page.keyboard.press('Control+G');
-    const input = page.locator('.quick-input-widget input');
+    const input = page.locator('.quick-input-widget input:visible').first();
     await input.waitFor({ state: 'visible' });
     await input.fill(`:${line}`);
     await page.keyboard.press('Enter');
+}
+
+/** The first frame (of the webview's nested iframes) where `selector` exists. */
+async function frameWith(page, selector, ms, what) {
+    return waitFor(async () => {
+        for (const f of page.frames()) {
+            if (await f.locator(selector).count().catch(() => 0)) { return f; }
+        }
+        return null;
+    }, ms, what);
+}
+
+/** Run `gradsight trace SCRIPT` in the workspace, as a user would from a terminal; resolves when it ends. */
+function trace(script, output) {
+    return new Promise((res, rej) => {
+        const p = spawn(PYTHON, ['-m', 'gradsight', 'trace', script, '--output', output], { cwd: WS, env: { ...env, HOME: process.env.HOME }, stdio: ['ignore', 'ignore', 'pipe'] });
+        let err = '';
+        p.stderr.on('data', (d) => { err += d; });
+        p.on('exit', (code) => (code === 0 ? res(err) : rej(new Error(`gradsight trace ${script} exited ${code}: ${err.slice(-1500)}`))));
+    });
+}
+
+async function openFile(page, name) {
+    await page.keyboard.press('Control+P');
+    await page.locator('.quick-input-widget input:visible').first().fill(name);
+    await page.locator('.quick-input-list .monaco-list-row').first().waitFor();
+    await page.keyboard.press('Enter');
+    await page.locator('.tab.active', { hasText: name }).first().waitFor({ timeout: 30000 });
+}
+
+async function hoverText(page, text, expect) {
+    const word = page.locator('.view-line span', { hasText: text }).first();
+    await word.waitFor({ timeout: 30000 });
+    const box = await word.boundingBox();
+    await page.mouse.move(box.x + box.width / 2, box.y + box.height / 2);
+    const hover = page.locator('.monaco-hover', { hasText: expect }).first();
+    await hover.waitFor({ timeout: 30000 });
+    return hover.textContent();
 }
 
 async function scenario(page, port) {
@@ -152,7 +212,7 @@ async function scenario(page, port) {
         await page.locator('.explorer-folders-view .monaco-list-row').first().waitFor({ timeout: 60000 });
         await page.locator('.monaco-workbench').click({ position: { x: 700, y: 400 } });
         await page.keyboard.press('Control+P');
-        await page.locator('.quick-input-widget input').fill('train.py');
+        await page.locator('.quick-input-widget input:visible').first().fill('train.py');
         await page.locator('.quick-input-list .monaco-list-row').first().waitFor();
         await page.keyboard.press('Enter');
         await page.locator('.editor-instance .monaco-editor .view-lines').waitFor();
@@ -162,7 +222,7 @@ async function scenario(page, port) {
     await step(page, 'add the tensor breakpoint grad_norm > 50 on optimizer.step()', 'e2e-1-tensor-breakpoint.png', async () => {
         await goToLine(page, stepLine);
         await palette(page, 'gradsight: Add Tensor Breakpoint');
-        const input = page.locator('.quick-input-widget input');
+        const input = page.locator('.quick-input-widget input:visible').first();
         await input.waitFor({ state: 'visible' });
         await input.fill('grad_norm >> 50');
         await page.locator('.quick-input-message', { hasText: 'column' }).waitFor({ timeout: 20000 }); // validated, with the column
@@ -180,6 +240,9 @@ async function scenario(page, port) {
         await frame.waitFor({ timeout: 180000 });
         const label = (await frame.textContent()).replace(/\s+/g, ' ');
         if (!label.includes(`${stepLine}:`)) { throw new Error(`paused at "${label}", not on line ${stepLine}`); }
+        await page.waitForTimeout(1500); // the whole stack, not its first rows
+        const stack = (await page.locator('.debug-call-stack').textContent()).replace(/\s+/g, ' ');
+        if (/trace\.py|cli\.py|runpy|__main__\.py/.test(stack)) { throw new Error(`gradsight's own frames show in the Call Stack: ${stack.slice(0, 400)}`); }
         const locals = page.locator('.debug-variables .monaco-list-row', { hasText: /^\s*Locals/ }).first();
         await locals.waitFor({ timeout: 30000 });
         if ((await locals.getAttribute('aria-expanded')) !== 'true') { await locals.click(); }
@@ -189,9 +252,20 @@ async function scenario(page, port) {
         if (!/step\s*[:=]\s*30\b/.test(text)) { throw new Error(`Variables show "${text}", not step 30`); }
     });
 
-    await step(page, 'continue to the end of the run', null, async () => {
+    await step(page, 'continue to the end of the run; gradsight\'s Debug Console lines are information', 'e2e-2b-debug-console.png', async () => {
         await page.keyboard.press('F5');
         await page.locator('.debug-toolbar').waitFor({ state: 'hidden', timeout: 180000 });
+        await palette(page, 'Debug Console: Focus on Debug Console View');
+        const line = page.locator('.repl .monaco-list-row', { hasText: 'gradsight: 60 steps' }).first();
+        await line.waitFor({ timeout: 30000 });
+        const red = await line.evaluate((el) => [...el.querySelectorAll('*')].some((e) => /\b(error|stderr)\b/.test(e.className)));
+        if (red) { throw new Error(`gradsight's summary line is shown as an error: ${await line.innerHTML()}`); }
+    });
+
+    await step(page, 'room for the editor and the panel: side bar and bottom panel closed', null, async () => {
+        await palette(page, 'View: Close Panel');
+        await palette(page, 'View: Close Primary Side Bar');
+        await page.waitForTimeout(500);
     });
 
     await step(page, 'health decorations on the layer lines', 'e2e-3-decorations.png', async () => {
@@ -217,19 +291,22 @@ async function scenario(page, port) {
         if (!/fc1/.test(text) || !/health \d+\/100|health\s*\d+\s*\/100/.test(text.replace(/\*/g, ''))) { throw new Error(`hover says: ${text.slice(0, 300)}`); }
     });
 
-    await step(page, 'open the heatmap panel', 'e2e-5-heatmap.png', async () => {
+    await step(page, 'the panel fills its area and shows the value under the mouse', 'e2e-5-heatmap.png', async () => {
         await palette(page, 'gradsight: Show Gradient Heatmap');
-        await waitFor(async () => {
-            for (const f of page.frames()) {
-                const src = await f.locator('#picture').getAttribute('src', { timeout: 500 }).catch(() => null);
-                if (src && src.startsWith('data:image/png;base64,') && src.length > 1000) { return true; }
-            }
-            return false;
-        }, 90000, 'the heatmap image in the webview');
+        const f = await frameWith(page, '#heatmap canvas', 90000, 'the heatmap canvas in the webview');
+        await waitFor(async () => (await f.locator('#run').textContent()).includes('e2e.db'), 30000, 'the panel to name the run e2e.db');
+        const widths = await f.evaluate(() => ({ body: document.body.clientWidth, canvas: document.querySelector('#heatmap canvas').getBoundingClientRect().width }));
+        log(`panel ${widths.body}px wide, heatmap ${Math.round(widths.canvas)}px`);
+        if (widths.canvas < 0.8 * widths.body) { throw new Error(`the heatmap is ${widths.canvas}px of a ${widths.body}px panel`); }
+        const box = await f.locator('#heatmap canvas').boundingBox();
+        await page.mouse.move(box.x + box.width * 0.75, box.y + box.height * 0.2);
+        const tip = f.locator('#heatmap .tip');
+        await waitFor(async () => /grad norm \S+/.test((await tip.textContent()) ?? '') && await tip.isVisible(), 20000, 'a value under the mouse');
+        log(`under the mouse: ${await tip.textContent()}`);
     });
 
     await step(page, 'apply a fix from the light bulb', 'e2e-6-fix-applied.png', async () => {
-        await page.keyboard.press('Control+1'); // back to the editor group with train.py
+        await page.locator('.tabs-container .tab', { hasText: 'train.py' }).first().click(); // back to the editor with train.py
         await goToLine(page, fc1Line);
         await page.keyboard.press('Control+.');
         const item = page.locator('.action-widget .monaco-list-row', { hasText: 'Insert fix' }).first();
@@ -242,6 +319,92 @@ async function scenario(page, port) {
         const at = saved.split('\n').findIndex((l) => l.includes('# gradsight fix')) + 1;
         await goToLine(page, at);
         log(`applied "${title}" at line ${at}`);
+    });
+
+    const seq = readFileSync(join(WS, 'seq.py'), 'utf8').split('\n');
+    const firstLayer = seq.findIndex((l) => l.includes('nn.Linear(16, 64),')) + 1;
+
+    await step(page, 'a second run (a module-level nn.Sequential): the panel shows it', 'e2e-7-second-run.png', async () => {
+        await trace('seq.py', '.gradsight/runs/seq.db');
+        const f = await frameWith(page, '#heatmap canvas', 30000, 'the panel');
+        await waitFor(async () => /seq\.db .*finished/.test(await f.locator('#run').textContent()), 60000, 'the panel to show the second run (seq.db) to its end');
+        await palette(page, 'Notifications: Clear All Notifications');
+        await waitFor(async () => (await f.locator('#heatmap canvas').count()) > 0, 30000, 'its heatmap');
+        log(`panel: ${await f.locator('#run').textContent()}`);
+    });
+
+    await step(page, 'a click on a heatmap cell opens that layer\'s line', null, async () => {
+        const f = await frameWith(page, '#heatmap canvas', 30000, 'the panel');
+        const box = await f.locator('#heatmap canvas').boundingBox();
+        // the first row is model[0] (forward order): its cell a little right of the axis
+        const rows = await f.evaluate(() => document.querySelector('#heatmap canvas').getBoundingClientRect().height);
+        await page.mouse.move(box.x + box.width * 0.6, box.y + 14);
+        await waitFor(async () => /^model\[0\]/.test((await f.locator('#heatmap .tip').textContent()) ?? ''), 20000, 'the tooltip on model[0]');
+        await page.mouse.click(box.x + box.width * 0.6, box.y + 14);
+        await page.locator('.tab.active', { hasText: 'seq.py' }).first().waitFor({ timeout: 30000 });
+        await waitFor(async () => (await page.locator('.statusbar-item', { hasText: /Ln \d+/ }).first().textContent()).includes(`Ln ${firstLayer},`),
+            20000, `the cursor on line ${firstLayer} of seq.py`);
+        log(`opened seq.py at line ${firstLayer} (canvas ${Math.round(rows)}px high)`);
+    });
+
+    await step(page, 'the nn.Sequential script has decorations and a layer hover', 'e2e-8-sequential.png', async () => {
+        const icons = () => page.evaluate(() => [...document.querySelectorAll('.monaco-editor .margin *')]
+            .filter((e) => /(ok|info|warning|error)\.svg/.test(getComputedStyle(e).backgroundImage)).length);
+        await waitFor(async () => (await icons()) >= 4, 60000, 'gutter icons on seq.py');
+        const text = await hoverText(page, 'nn.Linear(16, 64)', 'model[0]');
+        if (!/health\s*\d+\s*\/100/.test(text.replace(/\*/g, ''))) { throw new Error(`hover says: ${text.slice(0, 300)}`); }
+    });
+
+    await step(page, 'a third run (attention): a head\'s map and the entropy per head', 'e2e-9-attention.png', async () => {
+        await trace('attention.py', '.gradsight/runs/attention.db');
+        const f = await frameWith(page, '#run', 30000, 'the panel');
+        await waitFor(async () => /attention\.db .*finished/.test(await f.locator('#run').textContent()), 60000, 'the panel to follow the third run');
+        await palette(page, 'Notifications: Clear All Notifications');
+        await palette(page, 'gradsight: Show Attention Maps');
+        await palette(page, 'View: Toggle Maximize Editor Group'); // the sandbox views get the whole window
+        await waitFor(async () => (await f.locator('#attn-map canvas').count()) > 0 && (await f.locator('#attn-entropy canvas').count()) > 0, 60000, 'the attention map and entropy');
+        await waitFor(async () => /collapsed: head 1/.test(await f.locator('#attn-note').textContent()), 30000, 'the collapsed head named');
+        await f.selectOption('#attn-head', '1');
+        await waitFor(async () => /head 1,/.test(await f.locator('#attn-title').textContent()), 30000, 'head 1\'s map');
+        await page.waitForTimeout(500);
+        const box = await f.locator('#attn-map canvas').boundingBox();
+        await page.mouse.move(box.x + box.width * 0.5, box.y + box.height * 0.5);
+        await waitFor(async () => /query .* key .* p /.test((await f.locator('#attn-map .tip').textContent()) ?? ''), 20000, 'a probability under the mouse');
+        log(`attention: ${await f.locator('#attn-title').textContent()} · ${await f.locator('#attn-note').textContent()}`);
+    });
+
+    await step(page, 'the activation histograms render', 'e2e-10-histogram.png', async () => {
+        await palette(page, 'gradsight: Show Activation Histograms');
+        const f = await frameWith(page, '#hist canvas', 60000, 'the histogram');
+        await waitFor(async () => /step 1[56]\b/.test(await f.locator('#hist-info').textContent()), 30000, 'the histogram after the anomaly');
+        await waitFor(async () => (await f.locator('#hist-stats tr').count()) > 3, 30000, 'its statistics');
+    });
+
+    await step(page, 'the embedding projection renders', 'e2e-11-projection.png', async () => {
+        await palette(page, 'gradsight: Show Embedding Projection');
+        const f = await frameWith(page, '#proj canvas', 60000, 'the projection');
+        await waitFor(async () => /PCA of embed weight/.test(await f.locator('#proj-info').textContent()), 30000, 'the embedding table\'s PCA');
+    });
+
+    await step(page, 'export the view as PNG and the run as the PDF report', null, async () => {
+        const f = await frameWith(page, '#export-png', 30000, 'the panel');
+        // the save dialog proposes <workspace>/<file>: accept it, as a user would
+        const save = async (file, complete) => {
+            const input = page.locator('.quick-input-widget input:visible').first();
+            await input.waitFor({ state: 'visible', timeout: 30000 });
+            await waitFor(async () => (await input.inputValue()).endsWith(file), 30000, `the dialog to propose ${file}`);
+            await page.keyboard.press('Enter');
+            return waitFor(() => {
+                try { const b = readFileSync(join(WS, file)); return complete(b) ? b : null; } catch { return null; }
+            }, 60000, `${file} written`);
+        };
+        await f.locator('#export-png').click();
+        const png = await save('gradsight-projection.png', (b) => b.includes('IEND'));
+        if (png.subarray(1, 4).toString() !== 'PNG' || png.length < 5000) { throw new Error(`the PNG is not a picture (${png.length} bytes)`); }
+        await palette(page, "gradsight: Export the Run's PDF Report");
+        const pdf = await save('gradsight-report.pdf', (b) => b.subarray(-1024).includes('%%EOF'));
+        if (pdf.subarray(0, 5).toString() !== '%PDF-') { throw new Error('the report is not a PDF'); }
+        log(`exported gradsight-projection.png (${png.length} bytes) and gradsight-report.pdf (${pdf.length} bytes)`);
     });
 }
 

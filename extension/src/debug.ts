@@ -1,5 +1,6 @@
 // The `gradsight` debug type: debugpy's own adapter, launching `python -m gradsight trace ...`.
 import * as vscode from 'vscode';
+import { RelayAdapter } from './adapter';
 import { TensorBreakpoints } from './breakpoints';
 import { defaultStore, GradsightLaunch, LaunchError, toDebugpyLaunch } from './pure/config';
 import { interpreter } from './python';
@@ -14,11 +15,12 @@ export function registerDebug(context: vscode.ExtensionContext, breakpoints: Ten
             async createDebugAdapterDescriptor(session) {
                 const py = (session.configuration.python as string[] | undefined) ?? (await interpreter(session.workspaceFolder?.uri)).command;
                 output.appendLine(`debug adapter: ${py.join(' ')} -m debugpy.adapter`);
-                return new vscode.DebugAdapterExecutable(py[0], [...py.slice(1), '-m', 'debugpy.adapter']);
+                return new vscode.DebugAdapterInlineImplementation(new RelayAdapter(py[0], [...py.slice(1), '-m', 'debugpy.adapter'], output));
             },
         }),
+        // no provideDebugConfigurations: package.json's initialConfigurations is what "create a launch.json file"
+        // writes (a provider would add the same configuration a second time)
         vscode.debug.registerDebugConfigurationProvider('gradsight', {
-            provideDebugConfigurations: () => [INITIAL],
             resolveDebugConfiguration(_folder, cfg) {
                 if (!cfg.type && !cfg.request && !cfg.name) { // F5 with no launch.json
                     return vscode.window.activeTextEditor?.document.languageId === 'python' ? { ...INITIAL } : undefined;
@@ -42,6 +44,6 @@ export function registerDebug(context: vscode.ExtensionContext, breakpoints: Ten
                     throw e;
                 }
             },
-        }, vscode.DebugConfigurationProviderTriggerKind.Initial),
+        }),
     );
 }

@@ -4,7 +4,8 @@ import * as vscode from 'vscode';
 import { TensorBreakpoints } from './breakpoints';
 import { Decorations } from './decorations';
 import { registerDebug } from './debug';
-import { HeatmapPanel, VIEW_TYPE } from './panel';
+import { GradsightPanel, VIEW_TYPE } from './panel';
+import { isView } from './pure/protocol';
 import { HealthNotification } from './pure/health';
 import { Server } from './server';
 import { needsRestart } from './settings';
@@ -31,6 +32,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<{ serv
         client.onNotification('gradsight/health', (n: HealthNotification) => {
             decorations.update(n);
             status.show(n.state ?? { run: n.run });
+            GradsightPanel.onHealth(n.run, n.step); // the panel follows the newest run too
         });
         client.onNotification('gradsight/anomaly', (a: Anomaly) => {
             output.appendLine(`anomaly: ${a.trigger} at step ${a.step}${a.module ? ` in ${a.module}` : ''}: ${a.message}`);
@@ -51,12 +53,19 @@ export async function activate(context: vscode.ExtensionContext): Promise<{ serv
 
     context.subscriptions.push(
         vscode.commands.registerCommand('gradsight.addTensorBreakpoint', (arg?: { lineNumber?: number; uri?: vscode.Uri }) => breakpoints.add(arg)),
-        vscode.commands.registerCommand('gradsight.showHeatmap', (arg?: { run?: string; module?: string }) =>
-            HeatmapPanel.show(context, srv, { run: arg?.run, modules: arg?.module })),
+        vscode.commands.registerCommand('gradsight.showHeatmap', (arg?: { module?: string }) =>
+            GradsightPanel.show(context, srv, { view: 'gradients', module: arg?.module })),
+        vscode.commands.registerCommand('gradsight.showSandbox', (arg?: { view?: string; module?: string }) =>
+            GradsightPanel.show(context, srv, { view: isView(arg?.view) ? arg?.view : 'attention', module: arg?.module })),
+        vscode.commands.registerCommand('gradsight.showAttention', () => GradsightPanel.show(context, srv, { view: 'attention' })),
+        vscode.commands.registerCommand('gradsight.showHistograms', () => GradsightPanel.show(context, srv, { view: 'histogram' })),
+        vscode.commands.registerCommand('gradsight.showProjection', () => GradsightPanel.show(context, srv, { view: 'projection' })),
+        vscode.commands.registerCommand('gradsight.showSamples', () => GradsightPanel.show(context, srv, { view: 'samples' })),
+        vscode.commands.registerCommand('gradsight.exportReport', () => GradsightPanel.exportReport(srv)),
         vscode.commands.registerCommand('gradsight.chooseRun', () => openRun(srv)),
         vscode.commands.registerCommand('gradsight.restartServer', () => srv.restart()),
         vscode.commands.registerCommand('gradsight.showOutput', () => output.show()),
-        vscode.window.registerWebviewPanelSerializer(VIEW_TYPE, HeatmapPanel.serializer(context, srv)),
+        vscode.window.registerWebviewPanelSerializer(VIEW_TYPE, GradsightPanel.serializer(context, srv)),
         vscode.workspace.onDidChangeConfiguration((e) => {
             if (needsRestart(e)) {
                 void srv.restart();
@@ -76,7 +85,7 @@ async function announce(context: vscode.ExtensionContext, srv: Server, a: Anomal
     const pick = await vscode.window.showWarningMessage(`gradsight: ${a.trigger} at step ${a.step}${where}: ${a.message}`,
         'Show Heatmap', ...(a.uri && a.line !== null ? ['Go to Layer'] : []));
     if (pick === 'Show Heatmap') {
-        HeatmapPanel.show(context, srv, { run: a.run });
+        GradsightPanel.show(context, srv, { view: 'gradients' });
     } else if (pick === 'Go to Layer' && a.uri && a.line !== null) {
         const pos = new vscode.Position(a.line, 0);
         await vscode.window.showTextDocument(vscode.Uri.parse(a.uri), { selection: new vscode.Range(pos, pos) });

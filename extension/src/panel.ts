@@ -1,104 +1,212 @@
-// The heatmap panel: pictures rendered by the server, a step range, a module filter, the anomaly,
-// modules that reveal their source line, and "Insert fix" buttons. Strict CSP with a nonce; survives reloads.
+// The gradsight panel: a webview that draws the run's gradients and the sandbox of its captured tensors from the
+// language server's data (gradsight.panelData, gradsight.sandbox). It follows the newest run, as the decorations do.
+// Strict Content-Security-Policy: one bundled script with a nonce, the stylesheet inline with the same nonce,
+// no eval, nothing remote; images only as data: URIs. Survives a reload (the webview keeps its own state).
 import { randomBytes } from 'crypto';
+import { readFileSync } from 'fs';
+import * as path from 'path';
 import * as vscode from 'vscode';
+import { Fix, FromWebview, GradientsArgs, isView, PanelData, SandboxData, ToWebview, View } from './pure/protocol';
 import { Server } from './server';
 
 export const VIEW_TYPE = 'gradsight.heatmap';
+const REFRESH_MS = 1500; // at most one redraw of a running run this often
 
-interface PanelState {
-    run?: string;
-    kind?: string;
-    steps?: [number, number];
-    modules?: string;
+export interface ShowOptions {
+    view?: View;
+    module?: string;
 }
 
-interface Picture {
-    mime: string;
-    data: string;
-    run: string;
-    steps: [number, number] | null;
-    anomaly: number | null;
-    modules: { module: string; type: string; file: string | null; line: number | null }[];
-}
+interface FixEntry { id: string; title: string; insertion: unknown }
 
-interface Fix { id: string; title: string; explanation?: string; insertion: unknown }
+export class GradsightPanel {
+    private static current: GradsightPanel | undefined;
+    private lastArgs: GradientsArgs = {};
+    private shownRun: string | undefined;
+    private seen: { run: string | null; step: number | null } = { run: null, step: null };
+    private timer: ReturnType<typeof setTimeout> | undefined;
+    private pending: ShowOptions | undefined;
 
-type Message =
-    | { type: 'render'; state: PanelState }
-    | { type: 'reveal'; file: string; line: number }
-    | { type: 'applyFix'; id: string };
-
-export class HeatmapPanel {
-    private static current: HeatmapPanel | undefined;
-
-    static show(context: vscode.ExtensionContext, server: Server, state: PanelState): void {
-        if (HeatmapPanel.current) {
-            HeatmapPanel.current.panel.reveal(vscode.ViewColumn.Beside);
-            void HeatmapPanel.current.render({ ...HeatmapPanel.current.state, ...state });
+    static show(context: vscode.ExtensionContext, server: Server, opts: ShowOptions = {}): void {
+        const view = opts.view ?? 'gradients';
+        if (GradsightPanel.current) {
+            GradsightPanel.current.panel.reveal(undefined, false);
+            GradsightPanel.current.post({ type: 'show', view, module: opts.module });
             return;
         }
-        const panel = vscode.window.createWebviewPanel(VIEW_TYPE, 'gradsight: gradients', vscode.ViewColumn.Beside, options());
-        HeatmapPanel.current = new HeatmapPanel(panel, context, server, state);
+        const panel = vscode.window.createWebviewPanel(VIEW_TYPE, 'gradsight', vscode.ViewColumn.Beside, options(context));
+        GradsightPanel.current = new GradsightPanel(panel, context, server, { view, module: opts.module });
     }
 
     static serializer(context: vscode.ExtensionContext, server: Server): vscode.WebviewPanelSerializer {
         return {
-            async deserializeWebviewPanel(panel: vscode.WebviewPanel, state: PanelState | undefined) {
-                panel.webview.options = options();
-                HeatmapPanel.current = new HeatmapPanel(panel, context, server, state ?? {});
+            async deserializeWebviewPanel(panel: vscode.WebviewPanel) {
+                panel.webview.options = options(context);
+                GradsightPanel.current = new GradsightPanel(panel, context, server, undefined);
             },
         };
     }
 
+    /** Each gradsight/health notification: a new run is drawn at once, new steps of the shown one at most every REFRESH_MS. */
+    static onHealth(run: string | null, step: number | null): void {
+        GradsightPanel.current?.follow(run, step);
+    }
+
+    static async exportReport(server: Server): Promise<void> {
+        await exportPdf(server, (m) => GradsightPanel.current?.post(m));
+    }
+
     private constructor(private readonly panel: vscode.WebviewPanel, context: vscode.ExtensionContext,
-                        private readonly server: Server, private state: PanelState) {
-        panel.webview.html = html(randomBytes(16).toString('base64'));
-        panel.onDidDispose(() => { HeatmapPanel.current = undefined; }, null, context.subscriptions);
-        panel.webview.onDidReceiveMessage((m: Message) => void this.handle(m), null, context.subscriptions);
-        void this.render(state);
+                        private readonly server: Server, first: ShowOptions | undefined) {
+        this.pending = first && first.view !== 'gradients' ? first : undefined;
+        panel.webview.html = html(panel.webview, context, randomBytes(16).toString('base64'), first?.view ?? 'gradients');
+        panel.onDidDispose(() => {
+            clearTimeout(this.timer);
+            GradsightPanel.current = undefined;
+        }, null, context.subscriptions);
+        panel.webview.onDidReceiveMessage((m: FromWebview) => void this.handle(m), null, context.subscriptions);
     }
 
-    private async handle(m: Message): Promise<void> {
-        if (m.type === 'render') {
-            await this.render(m.state);
-        } else if (m.type === 'reveal' && typeof m.file === 'string' && Number.isInteger(m.line)) {
-            const doc = await vscode.workspace.openTextDocument(vscode.Uri.file(m.file));
-            const pos = new vscode.Position(Math.max(0, m.line - 1), 0);
-            await vscode.window.showTextDocument(doc, { viewColumn: vscode.ViewColumn.One, selection: new vscode.Range(pos, pos) });
-        } else if (m.type === 'applyFix' && typeof m.id === 'string') {
-            const r = await this.server.command<{ applied: boolean; reason?: string }>('gradsight.applyFix', { id: m.id });
-            if (r && !r.applied) {
-                void vscode.window.showErrorMessage(`gradsight: the fix was not applied${r.reason ? `: ${r.reason}` : ''}`);
-            }
+    private post(m: ToWebview): void {
+        void this.panel.webview.postMessage(m);
+    }
+
+    private follow(run: string | null, step: number | null): void {
+        const changed = run !== this.seen.run || step !== this.seen.step;
+        this.seen = { run, step };
+        if (!changed || !run || this.shownRun === undefined) {
+            return;
         }
+        if (run !== this.shownRun) {
+            this.lastArgs = { maxColumns: this.lastArgs.maxColumns };
+            void this.gradients(this.lastArgs);
+            return;
+        }
+        this.timer ??= setTimeout(() => {
+            this.timer = undefined;
+            void this.gradients(this.lastArgs);
+        }, REFRESH_MS);
     }
 
-    private async render(state: PanelState): Promise<void> {
-        this.state = state;
-        const post = (msg: unknown) => void this.panel.webview.postMessage(msg);
+    private async gradients(args: GradientsArgs): Promise<void> {
+        this.lastArgs = args;
         try {
-            const pic = await this.server.command<Picture>('gradsight.renderPicture', {
-                kind: state.kind ?? 'heatmap', run: state.run, steps: state.steps, modules: state.modules, format: 'png',
-            });
-            const fixes = (await this.server.command<Fix[]>('gradsight.fixes')) ?? [];
-            if (!pic) {
-                post({ type: 'error', message: 'The gradsight language server is not running.' });
+            const data = await this.server.command<PanelData>('gradsight.panelData', args);
+            if (!data) {
+                this.post({ type: 'error', view: 'gradients', message: 'The gradsight language server is not running (see gradsight: Show Output).' });
                 return;
             }
-            this.state = { ...state, run: pic.run };
-            post({ type: 'picture', state: this.state, picture: pic, fixes: fixes.filter((f) => f.insertion).map((f) => ({ id: f.id, title: f.title })) });
+            const fixes = ((await this.server.command<FixEntry[]>('gradsight.fixes')) ?? []).filter((f) => f.insertion)
+                .map((f): Fix => ({ id: f.id, title: f.title }));
+            this.shownRun = data.run.path;
+            this.panel.title = `gradsight: ${data.run.name}`;
+            this.post({ type: 'gradients', data, fixes });
         } catch (e) {
-            post({ type: 'error', message: e instanceof Error ? e.message : String(e) });
+            this.post({ type: 'error', view: 'gradients', message: messageOf(e) });
+        }
+    }
+
+    private async handle(m: FromWebview): Promise<void> {
+        switch (m.type) {
+            case 'ready':
+                if (this.pending?.view) {
+                    this.post({ type: 'show', view: this.pending.view, module: this.pending.module });
+                    this.pending = undefined;
+                }
+                return;
+            case 'gradients':
+                await this.gradients(m.args ?? {});
+                return;
+            case 'sandbox': {
+                const view = m.args?.view;
+                if (!isView(view) || (view as View) === 'gradients') {
+                    return;
+                }
+                try {
+                    const data = await this.server.command<SandboxData>('gradsight.sandbox', m.args);
+                    if (data) {
+                        this.post({ type: 'sandbox', data });
+                    }
+                } catch (e) {
+                    this.post({ type: 'error', view, message: messageOf(e) });
+                }
+                return;
+            }
+            case 'reveal':
+                if (typeof m.file === 'string' && Number.isInteger(m.line) && m.line > 0) {
+                    const doc = await vscode.workspace.openTextDocument(vscode.Uri.file(m.file));
+                    const pos = new vscode.Position(m.line - 1, 0);
+                    const editor = await vscode.window.showTextDocument(doc, { viewColumn: vscode.ViewColumn.One, selection: new vscode.Range(pos, pos) });
+                    editor.revealRange(new vscode.Range(pos, pos), vscode.TextEditorRevealType.InCenterIfOutsideViewport);
+                }
+                return;
+            case 'applyFix': {
+                const r = await this.server.command<{ applied: boolean; reason?: string }>('gradsight.applyFix', { id: m.id });
+                if (r && !r.applied) {
+                    void vscode.window.showErrorMessage(`gradsight: the fix was not applied${r.reason ? `: ${r.reason}` : ''}`);
+                }
+                return;
+            }
+            case 'savePng': {
+                const match = /^data:image\/png;base64,([A-Za-z0-9+/=]+)$/.exec(m.dataUrl ?? '');
+                if (!match) {
+                    return;
+                }
+                const folder = vscode.workspace.workspaceFolders?.[0]?.uri;
+                const target = await vscode.window.showSaveDialog({
+                    defaultUri: folder ? vscode.Uri.joinPath(folder, path.basename(m.name || 'gradsight.png')) : undefined,
+                    filters: { 'PNG image': ['png'] }, title: 'gradsight: save this view as PNG',
+                });
+                if (target) {
+                    await vscode.workspace.fs.writeFile(target, Buffer.from(match[1], 'base64'));
+                    this.post({ type: 'saved', what: 'PNG', path: target.fsPath });
+                }
+                return;
+            }
+            case 'exportPdf':
+                await exportPdf(this.server, (msg) => this.post(msg));
+                return;
         }
     }
 }
 
-function options(): vscode.WebviewPanelOptions & vscode.WebviewOptions {
-    return { enableScripts: true, retainContextWhenHidden: false, localResourceRoots: [] };
+async function exportPdf(server: Server, post: (m: ToWebview) => void): Promise<void> {
+    const folder = vscode.workspace.workspaceFolders?.[0]?.uri;
+    const target = await vscode.window.showSaveDialog({
+        defaultUri: folder ? vscode.Uri.joinPath(folder, 'gradsight-report.pdf') : undefined,
+        filters: { 'PDF report': ['pdf'], 'HTML report': ['html'] }, title: 'gradsight: export the report',
+    });
+    if (!target) {
+        return;
+    }
+    try {
+        const r = await server.command<{ path: string }>('gradsight.writeReport', { path: target.fsPath });
+        if (r) {
+            post({ type: 'saved', what: 'report', path: r.path });
+            void vscode.window.showInformationMessage(`gradsight: report written to ${r.path}`);
+        }
+    } catch (e) {
+        void vscode.window.showErrorMessage(`gradsight: ${messageOf(e)}`);
+    }
 }
 
-function html(nonce: string): string {
+function messageOf(e: unknown): string {
+    return e instanceof Error ? e.message : String(e);
+}
+
+function options(context: vscode.ExtensionContext): vscode.WebviewPanelOptions & vscode.WebviewOptions {
+    return {
+        enableScripts: true, retainContextWhenHidden: true,
+        localResourceRoots: [vscode.Uri.file(context.asAbsolutePath(path.join('extension', 'dist')))],
+    };
+}
+
+let css: string | undefined;
+
+function html(webview: vscode.Webview, context: vscode.ExtensionContext, nonce: string, view: View): string {
+    const dist = context.asAbsolutePath(path.join('extension', 'dist'));
+    css ??= readFileSync(path.join(dist, 'panel.css'), 'utf8');
+    const script = webview.asWebviewUri(vscode.Uri.file(path.join(dist, 'webview.js')));
     return `<!DOCTYPE html>
 <html lang="en">
 <head>
@@ -106,95 +214,10 @@ function html(nonce: string): string {
 <meta http-equiv="Content-Security-Policy" content="default-src 'none'; img-src data:; style-src 'nonce-${nonce}'; script-src 'nonce-${nonce}';">
 <meta name="viewport" content="width=device-width, initial-scale=1.0">
 <title>gradsight</title>
-<style nonce="${nonce}">
-  body { color: var(--vscode-foreground); background: var(--vscode-editor-background); font-family: var(--vscode-font-family); font-size: var(--vscode-font-size); margin: 0; padding: 8px 12px; }
-  header { display: flex; flex-wrap: wrap; gap: 8px; align-items: center; margin-bottom: 8px; }
-  select, input, button { color: var(--vscode-input-foreground); background: var(--vscode-input-background); border: 1px solid var(--vscode-input-border, transparent); padding: 2px 6px; }
-  button { color: var(--vscode-button-foreground); background: var(--vscode-button-background); cursor: pointer; }
-  button:hover { background: var(--vscode-button-hoverBackground); }
-  .layout { display: flex; gap: 12px; }
-  main { flex: 1; min-width: 0; }
-  main img { max-width: 100%; background: white; }
-  aside { width: 260px; flex-shrink: 0; }
-  aside ul { list-style: none; padding: 0; margin: 0 0 12px 0; max-height: 50vh; overflow: auto; }
-  aside li { padding: 1px 4px; cursor: pointer; white-space: nowrap; overflow: hidden; text-overflow: ellipsis; }
-  aside li:hover { background: var(--vscode-list-hoverBackground); }
-  .anomaly { color: var(--vscode-editorError-foreground); font-weight: bold; }
-  .error { color: var(--vscode-errorForeground); }
-  .fix { display: block; width: 100%; text-align: left; margin-bottom: 4px; }
-</style>
+<style nonce="${nonce}">${css}</style>
 </head>
-<body>
-<header>
-  <select id="kind" aria-label="picture">
-    <option value="heatmap">Gradient heatmap</option>
-    <option value="gradient_flow">Gradient flow</option>
-    <option value="loss_curve">Loss curve</option>
-  </select>
-  <label>steps <input id="from" type="range" min="0" max="0" value="0"> <input id="to" type="range" min="0" max="0" value="0"></label>
-  <span id="range"></span>
-  <input id="filter" type="text" placeholder="filter modules (glob or part of a name)" size="28">
-  <span id="anomaly" class="anomaly"></span>
-</header>
-<div class="layout">
-  <main><p id="message">Rendering...</p><img id="picture" alt="gradient picture"></main>
-  <aside><h4>Layers</h4><ul id="modules"></ul><h4>Fixes</h4><div id="fixes"></div></aside>
-</div>
-<script nonce="${nonce}">
-(function () {
-  const vscode = acquireVsCodeApi();
-  let state = vscode.getState() || {};
-  const $ = (id) => document.getElementById(id);
-  let timer;
-  function request() {
-    const from = Number($('from').value), to = Number($('to').value);
-    state = { run: state.run, kind: $('kind').value, modules: $('filter').value || undefined,
-              steps: Number($('to').max) > 0 ? [Math.min(from, to), Math.max(from, to)] : undefined };
-    vscode.setState(state);
-    $('message').textContent = 'Rendering...';
-    vscode.postMessage({ type: 'render', state });
-  }
-  function later() { clearTimeout(timer); timer = setTimeout(request, 250); }
-  $('kind').addEventListener('change', request);
-  $('from').addEventListener('input', () => { $('range').textContent = $('from').value + '-' + $('to').value; later(); });
-  $('to').addEventListener('input', () => { $('range').textContent = $('from').value + '-' + $('to').value; later(); });
-  $('filter').addEventListener('input', later);
-  window.addEventListener('message', (event) => {
-    const m = event.data;
-    if (m.type === 'error') { $('message').textContent = m.message; $('message').className = 'error'; return; }
-    if (m.type !== 'picture') { return; }
-    const p = m.picture;
-    state = m.state; vscode.setState(state);
-    $('message').textContent = ''; $('message').className = '';
-    $('picture').src = 'data:' + (p.mime === 'image/svg+xml' ? 'image/svg+xml' : 'image/png') + ';base64,' + p.data;
-    $('kind').value = state.kind || 'heatmap';
-    if (p.steps) {
-      for (const id of ['from', 'to']) { $(id).min = String(p.steps[0]); $(id).max = String(p.steps[1]); }
-      const chosen = state.steps || p.steps;
-      $('from').value = String(chosen[0]); $('to').value = String(chosen[1]);
-      $('range').textContent = chosen[0] + '-' + chosen[1];
-    }
-    $('filter').value = state.modules || '';
-    $('anomaly').textContent = p.anomaly === null || p.anomaly === undefined ? '' : 'anomaly at step ' + p.anomaly;
-    const list = $('modules'); list.replaceChildren();
-    for (const mod of p.modules) {
-      const li = document.createElement('li');
-      li.textContent = mod.module + ' (' + mod.type + ')';
-      li.title = mod.file ? mod.file + ':' + mod.line : 'no source line';
-      if (mod.file && mod.line) { li.addEventListener('click', () => vscode.postMessage({ type: 'reveal', file: mod.file, line: mod.line })); }
-      list.appendChild(li);
-    }
-    const fixes = $('fixes'); fixes.replaceChildren();
-    for (const f of m.fixes) {
-      const b = document.createElement('button');
-      b.className = 'fix'; b.textContent = 'Insert fix: ' + f.title;
-      b.addEventListener('click', () => vscode.postMessage({ type: 'applyFix', id: f.id }));
-      fixes.appendChild(b);
-    }
-  });
-  if (state.kind) { $('kind').value = state.kind; }
-}());
-</script>
+<body data-view="${view}">
+<script nonce="${nonce}" src="${script.toString()}"></script>
 </body>
 </html>`;
 }

@@ -75,7 +75,7 @@ export class Server implements vscode.Disposable {
             documentSelector: [{ scheme: 'file', language: 'python' }],
             outputChannel: this.output,
             initializationOptions: serverOptions(),
-            markdown: { isTrusted: { enabledCommands: ['gradsight.showHeatmap', 'gradsight.applyFix'] }, supportHtml: false },
+            markdown: { isTrusted: { enabledCommands: ['gradsight.showHeatmap', 'gradsight.showSandbox', 'gradsight.applyFix'] }, supportHtml: false },
         };
         const client = new LanguageClient('gradsight', 'gradsight', run, options);
         for (const l of this.listeners) {

@@ -58,6 +58,8 @@ export function traceArgs(cfg: GradsightLaunch, watches: string[], defaultOutput
     return args;
 }
 
+export const GRADSIGHT_FRAMES = [{ module: 'gradsight', include: false }, { path: '**/gradsight/__main__.py', include: false }];
+
 /** The launch debugpy's adapter receives: `python -m gradsight trace ...` in the user's interpreter. */
 export function toDebugpyLaunch(cfg: GradsightLaunch, interpreter: string[], watches: string[], defaultOutput: string): GradsightLaunch {
     const python = cfg.python ? (Array.isArray(cfg.python) ? cfg.python : [cfg.python]) : interpreter;
@@ -72,6 +74,9 @@ export function toDebugpyLaunch(cfg: GradsightLaunch, interpreter: string[], wat
         cwd: cfg.cwd,
         justMyCode: cfg.justMyCode ?? true,
         console: (cfg.console as string | undefined) ?? 'internalConsole',
+        // gradsight's own frames are library code: never in the Call Stack, never stepped into (its package by module
+        // name; its __main__.py, which runs as the module __main__, by path)
+        rules: [...((cfg.rules as unknown[] | undefined) ?? []), ...GRADSIGHT_FRAMES],
         program: undefined,
         env: { PYDEVD_DISABLE_FILE_VALIDATION: '1', ...(cfg.env ?? {}) },
     };

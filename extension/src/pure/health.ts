@@ -10,7 +10,10 @@ export interface HealthRecord {
     health: number;
     severity: string;
     summary: string;
-    instances?: number;
+    instances?: number; // instances of one creating call or class attribute (the worst one is `module`)
+    layers?: number; // different layers written on this line
+    label?: string; // readable name (model[2])
+    model?: boolean; // the model's own line: `health` is the model's
     kinds?: string[];
 }
 
@@ -78,11 +81,25 @@ export class HealthModel {
         }
         const out = new Map<Severity, LineDecoration[]>(SEVERITIES.map((s) => [s, []]));
         for (const r of [...worst.values()].sort((a, b) => a.line - b.line)) {
-            const many = r.instances && r.instances > 1 ? ` (worst of ${r.instances}: ${r.module})` : ` (${r.module})`;
-            out.get(severityOf(r.severity))!.push({ line: r.line, text: r.summary, hover: `gradsight: ${r.summary}${many}` });
+            out.get(severityOf(r.severity))!.push({ line: r.line, text: r.summary, hover: `gradsight: ${r.summary}${whose(r)}` });
         }
         return out;
     }
+}
+
+/** Which module a line's record speaks of, for its hover: the model, the worst of several layers or instances, or one layer. */
+export function whose(r: HealthRecord): string {
+    const name = r.label ?? r.module;
+    if (r.model) {
+        return name && name !== '(model)' && name !== 'model' ? ` (the model, ${name})` : ' (the model)';
+    }
+    if (r.layers && r.layers > 1) {
+        return ` (worst of ${r.layers} layers on this line: ${name})`;
+    }
+    if (r.instances && r.instances > 1) {
+        return ` (worst of ${r.instances} instances: ${name})`;
+    }
+    return ` (${name})`;
 }
 
 /** The status bar's text for a run's state. */

@@ -29,6 +29,11 @@ test('the debugpy launch runs gradsight as a module in the chosen interpreter', 
     assert.equal(l.program, undefined);
     assert.deepEqual(l.args, ['trace', '/w/train.py', '--output', 'run.db', '--']);
     assert.equal(l.justMyCode, true);
+    // gradsight's own frames are library code for debugpy (never in the Call Stack), after any rules of the user's
+    const ours = [{ module: 'gradsight', include: false }, { path: '**/gradsight/__main__.py', include: false }];
+    assert.deepEqual(l.rules, ours);
+    assert.deepEqual(toDebugpyLaunch({ ...base, rules: [{ path: '/w/vendor', include: false }] }, ['py'], [], 'd.db').rules,
+        [{ path: '/w/vendor', include: false }, ...ours]);
     assert.deepEqual(toDebugpyLaunch({ ...base, python: '/other/python' }, ['/venv/bin/python'], [], 'd.db').python, ['/other/python']);
 });
 

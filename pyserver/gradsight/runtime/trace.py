@@ -13,6 +13,7 @@ from types import FrameType, TracebackType
 from typing import Any
 
 from ..store import OutputError
+from . import creation
 from .session import GradsightStop, Session, Settings
 
 STOPPED_AT_BREAK = 3  # exit status when a --break breakpoint ended the run
@@ -120,6 +121,7 @@ def run(target: str, args: list[str], *, module: bool, store: str, settings: Set
         signal.signal(signal.SIGTERM, terminate)
     status = 0
     outcome = "finished"
+    creation.install()  # the source map: note where each module the script builds is created (see creation.py)
     try:
         if module:
             runpy.run_module(target, run_name="__main__", alter_sys=True)
@@ -143,6 +145,7 @@ def run(target: str, args: list[str], *, module: bool, store: str, settings: Set
         traceback.print_exception(type(exc), exc, _user_traceback(exc.__traceback__, target))
         status, outcome = 1, "crashed"
     finally:
+        creation.uninstall()
         progress.finish()
         sys.argv = old_argv
         if old_path0 is not None and sys.path:

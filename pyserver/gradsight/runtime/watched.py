@@ -8,6 +8,7 @@ parameters at consecutive ids from its offsets, named ``<model>.<name>`` once th
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import numpy as np
@@ -23,6 +24,19 @@ from .capture import Inputs
 from .layout import WEIGHTED, Layout
 from .sourcemap import map_modules
 from .triggers import LAYER_TRIGGERS, History, QuickCheck, Trigger, build, condition_check, condition_needs
+
+CONFIG_ATTRS = ("p", "negative_slope", "momentum", "eps", "num_heads", "track_running_stats", "batch_first", "dropout",
+                "threshold", "min_val", "max_val", "beta", "alpha")
+
+
+def module_config(module: nn.Module) -> str | None:
+    """The plain-number settings that decide a module's behaviour (a dropout's p, a LeakyReLU's slope), as JSON."""
+    out: dict[str, Any] = {}
+    for key in CONFIG_ATTRS:
+        v = getattr(module, key, None)
+        if isinstance(v, (bool, int, float)) and not isinstance(v, nn.Module):
+            out[key] = v
+    return json.dumps(out) if out else None
 
 
 def is_leaf(m: nn.Module) -> bool:
@@ -88,7 +102,9 @@ class Watched:
                                         None if parent is None else prefixed(self.prefix, parent), int(self.numel[i]), own_numel,
                                         self.module_offset + self.rank[i] if self.order_known and i in self.rank else None,
                                         loc.file if loc else None, loc.line if loc else None, loc.owner if loc else None,
-                                        loc.attr if loc else None, self.prefix))
+                                        loc.attr if loc else None, self.prefix,
+                                        # where the editor re-finds the module, and its readable name (sourcemap.py)
+                                        site=loc.site if loc else None, label=loc.label if loc else None, config=module_config(mod)))
         for j, pname in enumerate(layout.param_names):
             p = layout.params[j]
             writer.put_param(ParamRow(self.param_offset + j, prefixed(self.prefix, pname), self.module_offset + int(layout.param_module[j]),

@@ -13,9 +13,10 @@ def serve(store: str | None = None, runs_folder: str | None = None, log_file: st
     else:  # stdout carries the protocol: the log goes to stderr
         logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format=fmt)
     from .lsp import server
+    from .stdio import start_io
 
     if store:
         server.options.store = store
     if runs_folder:
         server.options.runs_folder = runs_folder
-    server.start_io()
+    start_io(server)  # pygls's own reader, with a framing that survives a malformed header (stdio.py)

@@ -11,9 +11,11 @@ from typing import Any
 
 from ..conditions import ConditionError, parse
 from ..conditions.parser import LAYER_METRICS
+from .render import anomaly_name
 from .runs import RunView
 
 PICTURES = ("heatmap", "gradient_flow", "histogram", "attention", "projection", "loss_curve")
+SANDBOX = ("histogram", "attention", "projection", "samples")
 _LAYER_LINE = re.compile(r"^\s*self\.(\w+)\s*(?::[^=]+)?=")
 
 
@@ -144,3 +146,117 @@ def picture(view: RunView, args: dict[str, Any]) -> dict[str, Any]:
         "modules": [{"module": m.name, "type": m.type, "file": m.file, "line": m.line} for m in data.modules if m.own_params > 0],
         "tensors": tensors,
     }
+
+
+def _int(args: dict[str, Any], key: str, default: int | None = None) -> int | None:
+    value = args.get(key, default)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value):
+        raise CommandError(f"{key} must be a whole number, got {value!r}")
+    return int(value)
+
+
+def run_info(view: RunView) -> dict[str, Any]:
+    """Which run a panel shows: its file, script, status, step, health and anomaly."""
+    import os
+
+    data = view.data
+    run = data.run if data is not None else {}
+    d = view.diagnosis or {}
+    a = d.get("anomaly") or None
+    return {"path": view.path, "name": os.path.basename(view.path), "script": run.get("script"), "status": view.status,
+            "started": run.get("started"), "step": view.last_step, "model": run.get("model"), "health": d.get("health"),
+            "anomaly": None if not a else {"step": a.get("step"), "trigger": a.get("trigger"), "title": anomaly_name(view, a)},
+            "rootCause": d.get("root_cause"), "error": view.error}
+
+
+def panel_data(view: RunView, args: dict[str, Any]) -> dict[str, Any]:
+    """What the panel draws for the gradients view: the run, the heatmap matrix, the flow, loss and global norm, and the
+    captured tensors the sandbox views can open."""
+    from ..viz import panels
+
+    data = view.data
+    if data is None:
+        raise CommandError(view.error or f"{view.path}: no data")
+    between = args.get("steps")
+    rng = None
+    if isinstance(between, (list, tuple)) and len(between) == 2 and all(isinstance(x, (int, float)) for x in between):
+        rng = (int(between[0]), int(between[1]))
+    modules = args.get("modules")
+    anomaly = ((view.diagnosis or {}).get("anomaly") or {}).get("step")
+    try:
+        grads = panels.gradients(data, health=view.layers, anomaly=anomaly, steps_between=rng,
+                                 modules=modules if isinstance(modules, str) and modules else None,
+                                 step=_int(args, "step"), max_columns=_int(args, "maxColumns", 600) or 600)
+        tensors = panels.tensor_list(view.path, data)
+    except panels.PanelError as exc:
+        raise CommandError(str(exc)) from exc
+    return {"run": run_info(view), "gradients": grads, "tensors": tensors}
+
+
+def sandbox(view: RunView, args: dict[str, Any]) -> dict[str, Any]:
+    """One sandbox view's data from the captured tensors: histogram, attention, projection or samples."""
+    from ..viz import panels
+
+    kind = str(args.get("view", ""))
+    if kind not in SANDBOX:
+        raise CommandError(f"unknown view {kind!r}: choose one of {', '.join(SANDBOX)}")
+    data = view.data
+    if data is None:
+        raise CommandError(view.error or f"{view.path}: no data")
+    anomaly = ((view.diagnosis or {}).get("anomaly") or {}).get("step")
+    try:
+        tensors = panels.tensor_list(view.path, data)
+        if kind == "samples":
+            body = panels.samples(view.path, data, _int(args, "step"))
+        else:
+            tid = _int(args, "tensor")
+            if tid is None:
+                tid = _default_tensor(kind, tensors, args.get("module"), anomaly)
+            if kind == "histogram":
+                body = panels.histogram(view.path, tid, anomaly=anomaly, compare=_int(args, "compare"))
+            elif kind == "attention":
+                body = panels.attention(view.path, tid, sample=_int(args, "sample", 0) or 0, head=_int(args, "head", 0) or 0)
+            else:
+                body = panels.projection(view.path, tid, method=str(args.get("method", "pca")), color=str(args.get("color", "auto")))
+    except panels.PanelError as exc:
+        raise CommandError(str(exc)) from exc
+    return {"view": kind, "run": run_info(view), "tensors": tensors, "data": body}
+
+
+def _default_tensor(kind: str, tensors: list[dict[str, Any]], module: Any, anomaly: int | None) -> int:
+    """The tensor a view opens on by itself: the module's (when one is asked for), at the anomaly step when there is one."""
+    if kind == "attention":
+        pool = [t for t in tensors if t["attention"]]
+    elif kind == "projection":  # an embedding table first (its rows are the tokens), then activations
+        emb = [t for t in tensors if t["role"] == "weight" and t.get("type") in ("Embedding", "EmbeddingBag") and len(t["shape"]) == 2]
+        pool = emb + [t for t in tensors if t["role"] == "activation" and len(t["shape"]) >= 2]
+    else:
+        pool = [t for t in tensors if t["role"] == "activation"] or [t for t in tensors if t["role"] in ("gradient", "weight")]
+    if isinstance(module, str):
+        pool = [t for t in pool if t["module"] == module] or pool
+    if not pool:
+        what = {"attention": "attention maps (an attention model's softmax, or the attention role)",
+                "projection": "tensors with rows to project", "histogram": "tensors"}[kind]
+        raise CommandError(f"this run captured no {what}: tensors are captured at an anomaly")
+    # the anomaly's own step, else the first captured after it (activations come from the next forward pass)
+    after = sorted((t for t in pool if anomaly is not None and t["step"] >= anomaly), key=lambda t: (t["step"], t["id"]))
+    return int((after or pool)[0]["id"])
+
+
+def export_report(view: RunView, path: str) -> dict[str, Any]:
+    """The whole panel as the report: a PDF (or HTML) of the diagnosis with every figure, written to ``path``."""
+    from pathlib import Path
+
+    from ..viz.report import html_report, pdf_report
+
+    if view.data is None or view.diagnosis is None:
+        raise CommandError(view.error or f"{view.path}: no data")
+    if path.lower().endswith(".pdf"):
+        pdf_report(view.data, view.diagnosis, path)
+    elif path.lower().endswith((".html", ".htm")):
+        Path(path).write_text(html_report(view.data, view.diagnosis), encoding="utf-8")
+    else:
+        raise CommandError(f"a report is .pdf or .html, got {path!r}")
+    return {"path": path, "bytes": Path(path).stat().st_size}

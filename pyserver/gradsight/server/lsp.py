@@ -11,10 +11,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 from lsprotocol import types as lsp
 from pygls.lsp.server import LanguageServer
 from pygls.uris import from_fs_path, to_fs_path
+from pygls.workspace import TextDocument
 
 from .. import __version__
 from ..analysis.data import ACTIVATIONS
@@ -97,12 +99,27 @@ class GradsightServer(LanguageServer):
             return self.view.path
         return max(files, key=_mtime) if files else None
 
+    def document(self, uri: str) -> TextDocument | None:
+        """An open document, else the file on disk; None for a document that is neither (a request on it answers null)."""
+        doc = self.workspace.text_documents.get(unquote(uri))
+        if doc is not None:
+            return doc
+        path = to_fs_path(uri)
+        if not path or not os.path.isfile(path):
+            return None
+        try:
+            return TextDocument(uri, source=Path(path).read_text(errors="replace"))
+        except OSError:
+            return None
+
     def entries(self, uri: str) -> list[LineLayers]:
-        """The layer lines of an open document, re-found in its current text."""
+        """The layer lines of a document, re-found in its current text."""
         view = self.view
         if view is None or view.data is None:
             return []
-        doc = self.workspace.get_text_document(uri)
+        doc = self.document(uri)
+        if doc is None:
+            return []
         key = (view.path, len(view.data.modules), doc.version, hash(doc.source))
         cached = self.doc_cache.get(uri)
         if cached is not None and cached[0] == key:
@@ -111,12 +128,19 @@ class GradsightServer(LanguageServer):
         located = resolve(view.data.modules, path, doc.source)
         if located is None:  # does not parse right now: keep the last good lines
             return cached[1] if cached else []
-        by_line: dict[int, list[str]] = {}
+        by_line: dict[int, dict[str, list[str]]] = {}
         for loc in located:
             if loc.module in view.layers and _is_layer(view, loc.module):
-                by_line.setdefault(loc.line, []).append(loc.module)
-        result = [LineLayers(line, tuple(mods)) for line, mods in sorted(by_line.items())]
-        self.doc_cache[uri] = (key, result)
+                by_line.setdefault(loc.line, {}).setdefault(loc.group, []).append(loc.module)
+        result = []
+        for line, groups in sorted(by_line.items()):
+            # a container built on the line of its own children (nn.ModuleList([nn.Linear(...) for ...])) is not a layer there
+            on_line = [m for g in groups.values() for m in g]
+            kept = [tuple(m for m in g if m == render.ROOT or not any(o.startswith(m + ".") for o in on_line)) for g in groups.values()]
+            kept = [g for g in kept if g]
+            result.append(LineLayers(line, tuple(m for g in kept for m in g), tuple(kept)))
+        if uri in self.workspace.text_documents:
+            self.doc_cache[uri] = (key, result)
         return result
 
     def is_script(self, uri: str) -> bool:
@@ -136,7 +160,8 @@ class GradsightServer(LanguageServer):
     def script_text(self) -> str | None:
         for uri in list(self.workspace.text_documents):
             if self.is_script(uri):
-                return self.workspace.get_text_document(uri).source
+                doc = self.document(uri)
+                return doc.source if doc is not None else None
         return None
 
     def fixes(self) -> list[dict[str, Any]]:
@@ -145,7 +170,8 @@ class GradsightServer(LanguageServer):
     def file_lines(self, path: str) -> list[str]:
         for uri in list(self.workspace.text_documents):
             if same_file(path, to_fs_path(uri) or uri):
-                return list(self.workspace.get_text_document(uri).lines)
+                doc = self.document(uri)
+                return list(doc.lines) if doc is not None else []
         try:
             return Path(path).read_text(errors="replace").splitlines(keepends=True)
         except OSError:
@@ -194,8 +220,8 @@ class GradsightServer(LanguageServer):
     def publish_diagnostics(self, uri: str) -> None:
         view = self.view
         diags: list[lsp.Diagnostic] = []
-        if view is not None and view.data is not None:
-            doc = self.workspace.get_text_document(uri)
+        doc = self.document(uri)
+        if view is not None and view.data is not None and doc is not None:
             for p in render.problems(view, self.entries(uri), doc.source, self.is_script(uri)):
                 text = doc.lines[p.line - 1] if 0 < p.line <= len(doc.lines) else ""
                 start = len(text) - len(text.lstrip())
@@ -292,12 +318,12 @@ def _mtime(path: str) -> float:
 
 
 def _is_layer(view: RunView, module: str) -> bool:
-    """Lines stand for modules with parameters (the layers, their containers) or activation modules."""
+    """Lines stand for the model, modules with parameters (the layers, their containers) or activation modules."""
     data = view.data
     if data is None:
         return False
     m = data.modules[data.index[module]]
-    return m.n_params > 0 or m.type in ACTIVATIONS or m.type.startswith("Dropout")
+    return module == render.ROOT or m.n_params > 0 or m.type in ACTIVATIONS or m.type.startswith("Dropout")
 
 
 server = GradsightServer()
@@ -340,16 +366,16 @@ def did_close(ls: GradsightServer, params: lsp.DidCloseTextDocumentParams) -> No
 @server.feature(lsp.TEXT_DOCUMENT_HOVER)
 def hover(ls: GradsightServer, params: lsp.HoverParams) -> lsp.Hover | None:
     view = ls.view
-    if view is None:
-        return None
     uri, line = params.text_document.uri, params.position.line
+    doc = ls.document(uri)
+    if view is None or doc is None:
+        return None
     entry = next((e for e in ls.entries(uri) if e.line == line + 1), None)
     text: str | None = None
     if entry is not None:
         text = render.layer_hover(view, entry)
     else:
-        doc = ls.workspace.get_text_document(uri)
-        source_line = doc.lines[line] if line < len(doc.lines) else ""
+        source_line = doc.lines[line] if 0 <= line < len(doc.lines) else ""
         if render.loop_kind(source_line) and (ls.is_script(uri) or view.data is None or not view.data.run.get("script")):
             text = render.loop_hover(view)
     if not text:
@@ -358,32 +384,41 @@ def hover(ls: GradsightServer, params: lsp.HoverParams) -> lsp.Hover | None:
 
 
 @server.feature(lsp.TEXT_DOCUMENT_INLAY_HINT)
-def inlay_hints(ls: GradsightServer, params: lsp.InlayHintParams) -> list[lsp.InlayHint]:
+def inlay_hints(ls: GradsightServer, params: lsp.InlayHintParams) -> list[lsp.InlayHint] | None:
     view = ls.view
+    doc = ls.document(params.text_document.uri)
+    if doc is None:
+        return None
     if view is None or not ls.options.inlay_hints:
         return []
-    doc = ls.workspace.get_text_document(params.text_document.uri)
     out = []
     for e in ls.entries(params.text_document.uri):
         if not (params.range.start.line <= e.line - 1 <= params.range.end.line) or e.line > len(doc.lines):
             continue
-        layer = render.worst(view, e.modules)
-        if layer is None:
-            continue
+        if e.is_model:
+            health = (view.diagnosis or {}).get("health")
+            hint = f"model health {health}"
+        else:
+            layer = render.worst(view, e.layers())
+            if layer is None:
+                continue
+            hint = f"health {layer['health']}"
         end = len(doc.lines[e.line - 1].rstrip("\r\n"))
-        out.append(lsp.InlayHint(position=lsp.Position(line=e.line - 1, character=end), label=f"health {layer['health']}",
+        out.append(lsp.InlayHint(position=lsp.Position(line=e.line - 1, character=end), label=hint,
                                  padding_left=True, tooltip=render.summary(view, e)))
     return out
 
 
 @server.feature(lsp.TEXT_DOCUMENT_CODE_ACTION, lsp.CodeActionOptions(code_action_kinds=[lsp.CodeActionKind.QuickFix]))
-def code_actions(ls: GradsightServer, params: lsp.CodeActionParams) -> list[lsp.CodeAction]:
+def code_actions(ls: GradsightServer, params: lsp.CodeActionParams) -> list[lsp.CodeAction] | None:
     view = ls.view
+    uri = params.text_document.uri
+    doc = ls.document(uri)
+    if doc is None:
+        return None
     if view is None or view.data is None:
         return []
-    uri = params.text_document.uri
     lines = set(range(params.range.start.line + 1, params.range.end.line + 2))
-    doc = ls.workspace.get_text_document(uri)
     on_line = {m for e in ls.entries(uri) if e.line in lines for m in e.modules}
     problem_lines = {p.line for p in render.problems(view, ls.entries(uri), doc.source, ls.is_script(uri))}
     loop_line = ls.is_script(uri) and any(render.loop_kind(doc.lines[n - 1]) for n in lines if 0 < n <= len(doc.lines))
@@ -401,12 +436,14 @@ def code_actions(ls: GradsightServer, params: lsp.CodeActionParams) -> list[lsp.
 
 
 @server.feature(lsp.TEXT_DOCUMENT_CODE_LENS)
-def code_lens(ls: GradsightServer, params: lsp.CodeLensParams) -> list[lsp.CodeLens]:
+def code_lens(ls: GradsightServer, params: lsp.CodeLensParams) -> list[lsp.CodeLens] | None:
     view = ls.view
+    uri = params.text_document.uri
+    doc = ls.document(uri)
+    if doc is None:
+        return None
     if view is None or view.data is None or not (view.diagnosis or {}).get("root_cause"):
         return []
-    uri = params.text_document.uri
-    doc = ls.workspace.get_text_document(uri)
     rc = view.diagnosis["root_cause"] if view.diagnosis else None
     line = next((p.line for p in render.problems(view, ls.entries(uri), doc.source, ls.is_script(uri))
                  if rc and p.module == rc["module"] and p.code == rc["kind"]), None)
@@ -505,6 +542,41 @@ async def render_picture(ls: GradsightServer, *args: Any) -> dict[str, Any]:
     if view is None:
         raise commands.CommandError(f"no run to draw: none open and none in {ls.runs_folder()}")
     return await asyncio.get_running_loop().run_in_executor(None, commands.picture, view, a)
+
+
+async def _view_for(ls: GradsightServer, a: dict[str, Any]) -> RunView:
+    """The run a command asks for (``run``), else the one followed."""
+    view = ls.view
+    if a.get("run") and (view is None or os.path.abspath(a["run"]) != view.path):
+        view = await asyncio.get_running_loop().run_in_executor(
+            None, functools.partial(build_view, os.path.abspath(a["run"]), overrides=ls.options.thresholds))
+    if view is None:
+        raise commands.CommandError(f"no run to show: none open and none in {ls.runs_folder()}")
+    return view
+
+
+@server.command("gradsight.panelData")
+async def panel_data(ls: GradsightServer, *args: Any) -> dict[str, Any]:
+    a = _arg(args)
+    view = await _view_for(ls, a)
+    return await asyncio.get_running_loop().run_in_executor(None, commands.panel_data, view, a)
+
+
+@server.command("gradsight.sandbox")
+async def sandbox(ls: GradsightServer, *args: Any) -> dict[str, Any]:
+    a = _arg(args)
+    view = await _view_for(ls, a)
+    return await asyncio.get_running_loop().run_in_executor(None, commands.sandbox, view, a)
+
+
+@server.command("gradsight.writeReport")
+async def export_report(ls: GradsightServer, *args: Any) -> dict[str, Any]:
+    a = _arg(args)
+    path = a.get("path")
+    if not isinstance(path, str) or not path:
+        raise commands.CommandError("writeReport needs {'path': <file.pdf or file.html>}")
+    view = await _view_for(ls, a)
+    return await asyncio.get_running_loop().run_in_executor(None, commands.export_report, view, os.path.abspath(path))
 
 
 @server.command("gradsight.fixes")

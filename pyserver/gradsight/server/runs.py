@@ -16,7 +16,7 @@ from ..analysis.data import RunData, load
 from ..analysis.diagnose import analyse_run, build, thresholds_for
 from ..analysis.findings import Finding
 from ..analysis.rootcause import RootCause
-from ..store import Event, RunStore, StoreError
+from ..store import Event, RunStore, StoreError, TensorInfo
 
 DEFAULT_RUNS_FOLDER = ".gradsight/runs"
 
@@ -62,6 +62,7 @@ class RunView:
     error: str | None = None
     built: float = 0.0
     layers: dict[str, dict[str, Any]] = field(default_factory=dict)
+    tensors: list[TensorInfo] = field(default_factory=list)  # what the run captured (metadata only)
 
     @property
     def last_step(self) -> int | None:
@@ -127,4 +128,9 @@ def build_view(path: str, thresholds: th.Thresholds | None = None, overrides: di
                        built=time.time())
     view = RunView(path, data, diagnosis, findings, cause, built=time.time())
     view.layers = {layer["module"]: layer for layer in diagnosis["layers"]}
+    try:
+        with RunStore(path) as store:
+            view.tensors = store.tensors()
+    except (StoreError, sqlite3.Error):
+        pass
     return view

@@ -1,9 +1,15 @@
 """Module names to the lines of the text being edited.
 
-The store records where each module was created (file, line, and the class
-and attribute that create it). Lines move as the user edits, so the server
-re-finds each module by class and attribute name with ``ast`` in the current
-text; the stored line is used only for a file the parser cannot read.
+The store records where each module was created: its file and line, the creating call
+as ``scope|callee|index`` (``site``: the third ``nn.Linear(...)`` call at module level, the
+first ``nn.ReLU(...)`` of ``build_mlp``), and for modules a class creates, the class and
+attribute (``self.query = ...`` of ``BertSelfAttention``). Lines move as the user edits,
+so the server re-finds each module with ``ast`` in the current text: by its creating call,
+else by class and attribute, else inside its container; the stored line is used only
+where none of these applies (a model read from the code alone, a file the parser cannot
+read). Modules found through one creating call or one class attribute are *instances* of
+one line (``self.query`` of twelve layers, a layer appended in a loop); modules that only
+share a line (``nn.Sequential(nn.Linear(2, 3), nn.ReLU())`` written on one line) are not.
 """
 
 from __future__ import annotations
@@ -12,7 +18,7 @@ import ast
 import os
 from dataclasses import dataclass
 
-from ..pysource import ClassAssigns, class_assigns, classes, sequential_arg_line
+from ..pysource import CallIndex, ClassAssigns, call_index, class_assigns, classes, sequential_arg_line
 from ..store import ModuleInfo
 
 
@@ -20,6 +26,7 @@ from ..store import ModuleInfo
 class Located:
     module: str
     line: int  # 1-based, in the current text
+    group: str  # modules of one group are instances of one creating call or class attribute
 
 
 def same_file(stored: str | None, path: str) -> bool:
@@ -50,37 +57,60 @@ def resolve(modules: list[ModuleInfo], path: str, text: str) -> list[Located] | 
         tree = ast.parse(text)
     except SyntaxError:
         return None
+    n_lines = text.count("\n") + 1
     found = classes(tree)
+    calls: list[CallIndex] = []
     assigns: dict[int, ClassAssigns] = {}
     by_name = {m.name: m for m in modules}
-    lines: dict[str, int | None] = {}
+    lines: dict[str, tuple[int, str] | None] = {}
 
-    def line_of(m: ModuleInfo) -> int | None:
+    def index() -> CallIndex:
+        if not calls:
+            calls.append(call_index(tree))
+        return calls[0]
+
+    def line_of(m: ModuleInfo) -> tuple[int, str] | None:
         if m.name in lines:
             return lines[m.name]
         lines[m.name] = None  # guards against cycles
         parent = by_name.get(m.parent) if m.parent is not None else None
-        line: int | None = None
-        if m.owner is None:
-            # the root model: its class statement
+        got: tuple[int, str] | None = None
+        if m.site:
+            call = index().find(m.site)
+            if call is not None:
+                got = (call.line, f"site:{m.site}")
+        if got is None and m.owner is None and parent is None:
+            # the root model under watch(): its class statement
             node = found.get(m.type) or next((c for q, c in found.items() if q.endswith("." + m.type)), None)
-            line = node.lineno if node is not None else None
-        elif parent is not None and (parent.owner, parent.attr) == (m.owner, m.attr) and same_file(parent.file, path):
+            if node is not None:
+                got = (node.lineno, "root")
+        elif got is None and parent is not None and m.owner is not None and (parent.owner, parent.attr) == (m.owner, m.attr) \
+                and same_file(parent.file, path):
             # inside a container: the container's line, or its argument of a literal nn.Sequential(...)
             base = line_of(parent)
             if base is not None:
-                line = base
+                line = base[0]
                 last = m.name.rpartition(".")[2]
                 if last.isdigit() and m.line != parent.line:
-                    line = sequential_arg_line(tree, base, int(last)) or base
-        else:
+                    line = sequential_arg_line(tree, line, int(last)) or line
+                got = (line, f"{base[1]}[{last}]")
+        elif got is None and m.owner is not None and m.attr:
             cls = _owner_class(m.owner, found)
             if cls is not None:
                 key = id(cls)
                 if key not in assigns:
                     assigns[key] = class_assigns(cls)
-                line = assigns[key].line_of(m.attr) if m.attr else None
-        lines[m.name] = line
-        return line
+                attr_line = assigns[key].line_of(m.attr)
+                if attr_line is not None:
+                    got = (attr_line, f"attr:{m.owner}.{m.attr}")
+        if got is None and m.line is not None and 0 < m.line <= n_lines and not (m.site or m.owner):
+            got = (m.line, f"line:{m.name}")  # read from the code alone at run time: the stored line
+        lines[m.name] = got
+        return got
 
-    return [Located(m.name, ln) for m in mine if (ln := line_of(m)) is not None]
+    out = []
+    for m in mine:
+        got = line_of(m)
+        if got is not None:
+            out.append(Located(m.name, got[0], got[1]))
+    return out

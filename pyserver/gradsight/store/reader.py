@@ -35,7 +35,9 @@ class ModuleInfo:
     owner: str | None
     attr: str | None
     model: str = ""
-    config: dict[str, Any] | None = None
+    site: str | None = None  # the creating call (pysource.CallSite.key), in stores that record it
+    label: str | None = None  # a readable name (model[2]), in stores that record it
+    config: dict[str, Any] | None = None  # the settings that decide its behaviour (a dropout's p)
 
 
 @dataclass(frozen=True)
@@ -106,7 +108,9 @@ def _module(r: tuple[Any, ...]) -> ModuleInfo:
                       int(_opt_int(r[6], f"the own parameter count of {where}") or 0), _opt_int(r[7], f"the forward order of {where}"),
                       _opt_str(r[8], f"the file of {where}"), _opt_int(r[9], f"the line of {where}"), _opt_str(r[10], f"the owner of {where}"),
                       _opt_str(r[11], f"the attribute of {where}"), _opt_str(r[12], f"the model of {where}") or "",
-                      _json(r[13], f"the config of {where}") if len(r) > 13 and r[13] else None)
+                      _opt_str(r[13], f"the creating call of {where}") if len(r) > 13 else None,
+                      _opt_str(r[14], f"the label of {where}") if len(r) > 14 else None,
+                      _json(r[15], f"the config of {where}") if len(r) > 15 and r[15] else None)
 
 
 def _json(text: Any, what: str) -> Any:
@@ -169,9 +173,11 @@ class RunStore:
         return out
 
     def modules(self) -> list[ModuleInfo]:
+        have = {r[1] for r in self.conn.execute("PRAGMA table_info(modules)")}
+        extra = "".join(f", {c}" if c in have else ", NULL" for c in ("site", "label", "config"))  # stores written before these columns
         rows = self.conn.execute(
-            "SELECT id, name, type, type_module, parent, n_params, own_params, forward_order, file, line, owner, attr, model, config"
-            " FROM modules ORDER BY id"
+            "SELECT id, name, type, type_module, parent, n_params, own_params, forward_order, file, line, owner, attr, model" + extra
+            + " FROM modules ORDER BY id"
         ).fetchall()
         return [_module(r) for r in rows]
 

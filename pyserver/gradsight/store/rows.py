@@ -41,6 +41,8 @@ class ModuleRow:
     owner: str | None
     attr: str | None
     model: str = ""
+    site: str | None = None  # the creating call, as scope|callee|index in file (pysource.CallSite.key)
+    label: str | None = None  # a readable name: model[2]
     config: str | None = None  # JSON
 
 

@@ -31,6 +31,8 @@ CREATE TABLE IF NOT EXISTS modules (
     type_module TEXT, parent TEXT, n_params INTEGER NOT NULL, own_params INTEGER NOT NULL,
     forward_order INTEGER, file TEXT, line INTEGER, owner TEXT, attr TEXT,
     model TEXT,  -- the short name of the watched model it belongs to ('' when the run has one model)
+    site TEXT,  -- the creating call, as scope|callee|index in file (pysource.CallSite.key)
+    label TEXT,  -- a readable name: model[2], net.fc1
     config TEXT  -- JSON: settings of the module that decide its behaviour (a dropout's p, an activation's slope, ...)
 );
 CREATE TABLE IF NOT EXISTS params (

@@ -22,6 +22,7 @@ import numpy as np  # noqa: E402
 
 from ..analysis.data import RunData  # noqa: E402
 from ..store import RunStore, StoreError  # noqa: E402
+from .panels import layers_in_order  # noqa: E402
 
 
 class PictureError(ValueError):
@@ -33,24 +34,6 @@ def _encode(fig: Any, fmt: str = "png", dpi: int = 110) -> bytes:
     fig.savefig(buf, format=fmt, dpi=dpi, bbox_inches="tight", metadata={"Software": "gradsight"} if fmt == "png" else None)
     plt.close(fig)
     return buf.getvalue()
-
-
-def _layers_in_order(data: RunData, max_rows: int) -> list[int]:
-    """Layers in forward order; with more than ``max_rows``, the deepest cut of the module tree that fits
-    (a container's gradient norm covers all its layers)."""
-    rank = data.forward_rank()
-    leaves = sorted(data.own_layers(), key=lambda i: rank[i])
-    if len(leaves) <= max_rows:
-        return leaves
-    depth_of = {m.id: (m.name.count(".") + 1 if m.name else 0) for m in data.modules}
-    chosen: list[int] = [0]
-    for depth in range(1, max(depth_of.values()) + 1):
-        rows = [m.id for m in data.modules if m.n_params > 0 and m.name and (
-            depth_of[m.id] == depth or (depth_of[m.id] < depth and m.id in leaves))]
-        if len(rows) > max_rows:
-            break
-        chosen = rows
-    return sorted(chosen, key=lambda i: rank[i])
 
 
 def heatmap(data: RunData, *, anomaly_step: int | None = None, capture: tuple[int, int] | None = None,
@@ -66,7 +49,7 @@ def heatmap(data: RunData, *, anomaly_step: int | None = None, capture: tuple[in
         if not keep.any():
             raise PictureError(f"no gradient norms recorded between steps {steps_between[0]} and {steps_between[1]}")
         steps, g = steps[keep], g[keep]
-    rows = _layers_in_order(data, max_rows if not modules else 10**9)
+    rows = layers_in_order(data, max_rows if not modules else 10**9)
     if modules:
         rows = [i for i in rows if fnmatch.fnmatchcase(data.names[i], modules) or modules in data.names[i]][:max_rows]
         if not rows:
@@ -105,7 +88,7 @@ def gradient_flow(data: RunData, step: int, fmt: str = "png") -> bytes:
     k = int(np.searchsorted(steps, step))
     if k >= len(steps) or steps[k] != step:
         raise PictureError(f"no gradient norms recorded at step {step}")
-    rows = _layers_in_order(data, 200)
+    rows = layers_in_order(data, 200)
     vals = g[k, rows].astype(np.float64)
     fig, ax = plt.subplots(figsize=(11, 3.8))
     ax.bar(range(len(rows)), np.where(vals > 0, vals, np.nan), color="#c44e52")
