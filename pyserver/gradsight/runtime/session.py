@@ -37,7 +37,8 @@ from . import gradstats as gs
 from . import nanorigin
 from . import owntime as ot
 from .activations import FIELDS as ACTIVATION_FIELDS
-from .capture import Inputs, capture, interesting, worst_modules
+from .activations import fit
+from .capture import CAPTURE_MODULES, INPUT_BYTES, Inputs, capture, interesting, worst_modules
 from .collect import Collected
 from .defer import Pending, Ring
 from .distributed import Distributed
@@ -61,6 +62,7 @@ DEFAULT_CAPTURE_WINDOW = 5
 DEFAULT_CAPTURE_BYTES = 64 * 2**20
 LOSS_SCALE_STEPS = 10  # the run's loss scale is the median of its first losses
 HISTORY_STEPS = 64  # steps of values kept for triggers and conditions (more when a window asks for it)
+BASELINE_BYTES = 4 * 2**20  # the activations of one ordinary step, kept to compare an anomaly with
 ACTIVE: Session | None = None
 
 
@@ -170,6 +172,8 @@ class Session:
         self._later_phase: weakref.WeakSet[torch.optim.Optimizer] = weakref.WeakSet()  # made after the first steps
         self._searched = False  # the process's objects were searched for a model (once)
         self._optimizers_written: list[dict[str, Any]] = []
+        self._inputs_written: list[tuple[int, int, int]] = []  # (step, ...) of inputs kept beside activations
+        self._baseline = False  # the activations of one ordinary measured step were kept (to compare an anomaly with)
         self._auto_steps = False  # no optimizer at all: each backward ends a step
         self._explicit_steps = False  # the user ends steps with mark_step()
         self._transfer = gs.Transfer()
@@ -701,6 +705,13 @@ class Session:
             self._reindex()
         for mid, arr in rec.captured:
             self.writer.put_tensor(step, w.names[mid], "activation", arr)
+        if rec.captured:  # the input of the forward whose activations were kept (token labels, the sample shown)
+            last = w.inputs.last()
+            if last is not None and last[0] == step and not any(s == step for s, _, _ in self._inputs_written):
+                x = first_tensor(last[1]) if last[1] else first_tensor(last[2])
+                if x is not None:
+                    self.writer.put_tensor(step, w.names[0], "input", fit(local(x).detach().cpu().numpy(), INPUT_BYTES))
+                    self._inputs_written.append((step, 0, 0))
         if rec.captured or rec.capture:
             rec.capture, rec.captured = set(), []
 
@@ -857,6 +868,11 @@ class Session:
                 if self._capture_acts is not None and self._capture_acts[0] is m:
                     m.recorder.capture, m.recorder.capture_budget = self._capture_acts[1], self._capture_acts[2]
                     m.recorder.captured = []
+                elif not self._baseline and m is self.watched and self.step > 0:
+                    # one ordinary step's activations, kept to set an anomaly's beside (the sandbox's "normal step")
+                    self._baseline = True
+                    m.recorder.capture = interesting(m.layout, [i for i in range(m.layout.n_modules) if m.own[i]][:CAPTURE_MODULES])
+                    m.recorder.capture_budget, m.recorder.captured = min(BASELINE_BYTES, self.settings.capture_bytes), []
                 m.recorder.arm(want_order=not m.order_known)
             self._arm_observer(capture=self._capture_acts is not None)
             self._capture_acts = None
