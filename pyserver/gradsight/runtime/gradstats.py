@@ -107,6 +107,7 @@ class GradSample:
     l1: np.ndarray | None = None
     zeros: np.ndarray | None = None
     weight_l2: np.ndarray | None = None
+    gw_dot: np.ndarray | None = None  # the dot product of each gradient with its weights
 
 
 Reduce = Callable[[torch.Tensor, str, "torch.Tensor | None"], torch.Tensor]
@@ -142,6 +143,10 @@ def queue_grads(layout: Layout, transfer: Transfer, sampled: bool, reduce: Reduc
             transfer.add("nonzero", nonzero_counts(grads_t, on_cpu))
             with torch.no_grad():  # (the parameters themselves: no detached alias per tensor)
                 transfer.add("weight_l2", foreach_norm(layout.params, 2.0))
+                with_grad = layout.params if idx is None else [layout.params[j] for j in idx]
+                # each gradient's dot product with its weights: a weight penalty that is all the gradient points along them
+                transfer.add("gw_dot", [torch.dot(g.reshape(-1), p.reshape(-1)) for g, p in zip(grads_t, with_grad)
+                                        if not g.is_sparse] if not layout.sparse else [])
         return idx
     # Sharded (FSDP2): the L2 norms are reduced over the ranks at every step, unconditionally: one collective,
     # which every rank reaches at the same point whatever else differs between them (a trigger firing on one
@@ -166,7 +171,8 @@ def read_grads(layout: Layout, host: dict[str, np.ndarray], idx: list[int] | Non
     if idx is None:
         present = layout.all_params
         l2 = host.get("l2", np.zeros(0)).astype(np.float64)
-        return GradSample(present, True, l2, _f64(host.get("linf")), _f64(host.get("l1")), _zeros(layout.stat_numel, host), _f64(host.get("weight_l2")))
+        return GradSample(present, True, l2, _f64(host.get("linf")), _f64(host.get("l1")), _zeros(layout.stat_numel, host), _f64(host.get("weight_l2")),
+                          _f64(host.get("gw_dot")))
 
     def spread(values: np.ndarray | None) -> np.ndarray | None:
         if values is None:
@@ -180,7 +186,7 @@ def read_grads(layout: Layout, host: dict[str, np.ndarray], idx: list[int] | Non
     spread_l2 = spread(host.get("l2", np.zeros(0)).astype(np.float64))
     assert spread_l2 is not None
     return GradSample(present, False, spread_l2, spread(host.get("linf")), spread(host.get("l1")), spread(_zeros(layout.stat_numel[idx], host)),
-                      _f64(host.get("weight_l2")))
+                      _f64(host.get("weight_l2")), spread(host.get("gw_dot")))
 
 
 def _zeros(numel: np.ndarray, host: dict[str, np.ndarray]) -> np.ndarray | None:
@@ -237,6 +243,10 @@ def per_module(layout: Layout, s: GradSample) -> dict[str, np.ndarray]:
             out["grad_zero_frac"] = np.where(none, np.nan, (m @ np.where(s.present, s.zeros, 0.0)) / numel)
         if s.weight_l2 is not None:
             out["weight_norm"] = np.where(layout.no_params, np.nan, np.sqrt(m @ s.weight_l2**2))
+        if s.gw_dot is not None and s.weight_l2 is not None and len(s.gw_dot) == len(s.present):
+            # cos(gradient, weights): near 1 in every layer when a weight penalty is all of the gradient
+            wn = np.sqrt(m @ np.where(s.present, s.weight_l2**2, 0.0))
+            out["grad_weight_cos"] = np.where(none, np.nan, (m @ np.where(s.present, s.gw_dot, 0.0)) / (out["grad_norm"] * wn))
     return out
 
 
@@ -342,6 +352,11 @@ class UpdateTracker:
 
 def update_ratio(layout: Layout, ids: list[int], delta: np.ndarray, weight: np.ndarray) -> np.ndarray:
     """Per-module mean|dW| / mean|W| from the sampled L1 sums, each scaled up to its whole parameter."""
+    return update_sums(layout, ids, delta, weight)[0]
+
+
+def update_sums(layout: Layout, ids: list[int], delta: np.ndarray, weight: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(per-module mean|dW| / mean|W|, per-module ||dW||_1): the update each module got, beside its weights."""
     numel = layout.numel[ids]
     stride = np.array([_sample_stride(int(n)) for n in numel], dtype=np.float64)
     scale = numel / -(-numel // stride)  # elements per sampled element
@@ -354,4 +369,5 @@ def update_ratio(layout: Layout, ids: list[int], delta: np.ndarray, weight: np.n
         mask = np.zeros(len(layout.params))
         mask[ids] = 1.0
         covered = m @ mask
-        return np.where(covered == 0, np.nan, (m @ d) / (m @ w))
+        total = m @ d
+        return np.where(covered == 0, np.nan, total / (m @ w)), np.where(covered == 0, np.nan, total)

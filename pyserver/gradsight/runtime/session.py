@@ -160,6 +160,7 @@ class Session:
         self._closure_step = False  # the stepping model is read when its closure returns
         self._stash: tuple[Watched, Collected | Pending] | None = None  # values collected before the gradients were clipped
         self._clip_limit: float | None = None
+        self._clip_value: float | None = None
         self._skipped = False
         self._nan_origin: int | None = None  # where this step's non-finite loss came from (nanorigin)
         self._probe: nanorigin.BackwardProbe | None = None  # a step whose backward is watched for where inf/NaN is made
@@ -408,6 +409,7 @@ class Session:
         if w is None:
             return
         self._clip_limit = limit if how == "norm" and limit is not None and math.isfinite(limit) else None
+        self._clip_value = limit if how == "value" and limit is not None and math.isfinite(limit) else None
         clock = w is self.watched
 
         def stash() -> None:
@@ -817,12 +819,12 @@ class Session:
                 clipped = gnorm * min(1.0, c.clip_limit / (gnorm + 1e-6))  # what clip_grad_norm_ leaves (its own formula)
             finite = None if loss is None else int(math.isfinite(loss))
             self.writer.put_step(StepRow(c.step, c.wall, self._duration(c.when), loss, c.lr, gnorm, gmax, c.sampled, c.n_backward, c.zeroed,
-                                         capture, finite, c.skipped, c.clip_limit, clipped, c.amp_scale))
+                                         capture, finite, c.skipped, c.clip_limit, clipped, c.amp_scale, self._clip_value))
         else:
             self.writer.put_model_step(c.step, w.part, time=c.wall, loss=loss, lr=c.lr, grad_norm=gnorm, grad_max=gmax,
                                        n_backward=c.n_backward, skipped=c.skipped)
         mods = c.mods
-        for kind in ("grad_norm", "grad_max", "grad_mean", "grad_zero_frac", "weight_norm", "nan_count", *ACTIVATION_FIELDS):
+        for kind in ("grad_norm", "grad_max", "grad_mean", "grad_zero_frac", "weight_norm", "grad_weight_cos", "nan_count", *ACTIVATION_FIELDS):
             if kind in mods:
                 self.writer.put_metric(c.step, kind, mods[kind], part=w.part)
         self.writer.put_metric(c.step, "param_grad_norm", c.sample.l2, part=w.part)
@@ -853,6 +855,7 @@ class Session:
         self._prebw = None
         self._stash = None
         self._clip_limit = None
+        self._clip_value = None
         self._skipped = False
         self._nan_origin = None
         self._step_open = False
@@ -960,8 +963,9 @@ class Session:
         w = self.watched
         if self._upd_ids is None or "upd_delta" not in host or w is None:
             return None
-        upd = gs.update_ratio(w.layout, self._upd_ids, host["upd_delta"], host["upd_weight"])
+        upd, moved = gs.update_sums(w.layout, self._upd_ids, host["upd_delta"], host["upd_weight"])
         self.writer.put_metric(self._upd_step, "update_ratio", upd, part=w.part)
+        self.writer.put_metric(self._upd_step, "update_l1", moved, part=w.part)
         self._upd_ids = None
         return upd
 
