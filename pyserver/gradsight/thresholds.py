@@ -40,6 +40,23 @@ class Thresholds:
     init_gain_high: float = 5.0  # initial weight RMS x sqrt(fan-in) above this is poor initialization (Kaiming gives 1.4)
     init_gain_low: float = 0.01  # ... and below this
     embedding_rms_high: float = 10.0  # an embedding's initial RMS above this is poor initialization (default init gives 1)
+    # the loss: progress judged against the run's own start
+    loss_progress_poor: float = 0.5  # a loss that ends above this fraction of its start made poor progress
+    # the learning rate over the run
+    lr_growth_high: float = 20.0  # the rate grew this many times over the run (a warmup with no cap) ...
+    lr_decay_low: float = 1e-2  # ... or fell below this fraction of its peak early in the run (a scheduler stepped too often)
+    lr_base_low: float = 0.05  # the rate never reached this fraction of its base (initial_lr: a warmup longer than the run)
+    # the optimizer's other settings
+    clip_ratio_low: float = 0.01  # clipping to below this fraction of the gradient's norm (or of its largest element)
+    eps_over_grad_rms: float = 10.0  # Adam's eps this many times the gradients' RMS: the update shrinks to lr * g / eps
+    penalty_cos_high: float = 0.9  # cos(gradient, weights) above this in most layers: a weight penalty is all of the gradient
+    weight_shrink_low: float = 0.5  # weights that shrink below this fraction of their start while the loss does not fall
+    # the loss's inputs
+    initial_loss_over_log_classes: float = 3.0  # a first cross-entropy this many times ln(C): the output layer starts far off
+    dropout_high: float = 0.7  # a dropout rate at or above this drops most units
+    # attention
+    attention_collapsed_maxprob: float = 0.9  # a head whose largest weight averages above this looks at one key
+    attention_collapsed_entropy: float = 0.15  # ... or whose entropy (over log of the keys) is below this
 
     def replace(self, **changes: Any) -> Thresholds:
         return dataclasses.replace(self, **changes)

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from ..store import DamagedStore, Event, ModuleInfo, RunStore, StoreError
+from ..store import DamagedStore, Event, ModuleInfo, Observation, RunStore, StoreError
 
 # modules whose outputs are activations of a layer before them (no parameters of their own)
 ACTIVATIONS = {"ReLU", "ReLU6", "LeakyReLU", "ELU", "GELU", "SiLU", "Tanh", "Sigmoid", "Softmax", "LogSoftmax",
@@ -18,8 +18,9 @@ SATURATING = {"Tanh", "Sigmoid", "Hardtanh", "Hardsigmoid", "Softsign"}
 EMBEDDINGS = {"Embedding", "EmbeddingBag"}
 NORMS = {"LayerNorm", "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "GroupNorm", "RMSNorm", "InstanceNorm1d", "InstanceNorm2d"}
 
-PER_MODULE = ("grad_norm", "grad_max", "grad_mean", "grad_zero_frac", "weight_norm", "update_ratio", "act_min", "act_max",
-              "act_mean", "act_std", "act_zero_frac", "act_nan", "dead_frac", "sat_frac", "in_dead_frac", "nan_count", "training")
+PER_MODULE = ("grad_norm", "grad_max", "grad_mean", "grad_zero_frac", "weight_norm", "update_ratio", "update_l1", "grad_weight_cos",
+              "act_min", "act_max", "act_mean", "act_std", "act_zero_frac", "act_nan", "dead_frac", "sat_frac", "in_dead_frac", "nan_count",
+              "training", "attn_entropy", "attn_maxprob")
 
 
 @dataclass
@@ -33,6 +34,17 @@ class RunData:
     events: list[Event]
     input_stats: tuple[np.ndarray, np.ndarray]  # (steps, rows of min, max, mean, std, non-finite)
     index: dict[str, int] = field(default_factory=dict)
+    observations: list[Observation] = field(default_factory=list)  # what measured steps' functions were given
+    model_steps: dict[int, dict[str, np.ndarray]] = field(default_factory=dict)  # the steps of each further model
+
+    @property
+    def optimizers(self) -> list[dict[str, Any]]:
+        """Each optimizer's type and parameter groups' hyperparameters, as recorded (the primary first)."""
+        value = self.run.get("optimizers")
+        return [o for o in value if isinstance(o, dict)] if isinstance(value, list) else []
+
+    def observed(self, kind: str) -> list[Observation]:
+        return [o for o in self.observations if o.kind == kind]
 
     @property
     def names(self) -> list[str]:
@@ -86,6 +98,7 @@ def _load(path: str) -> RunData:
             raise ValueError("the modules table's ids are not 0..n-1")
         metrics = {kind: store.metric(kind, width=width) for kind in PER_MODULE if kind in set(store.metric_kinds())}
         inp_steps, inp = store.metric("input_stats", width=5)
-        data = RunData(str(path), run, modules, store.params(), steps, metrics, store.events(), (inp_steps, inp))
+        data = RunData(str(path), run, modules, store.params(), steps, metrics, store.events(), (inp_steps, inp),
+                       observations=store.observations(), model_steps=store.model_steps())
     data.index = {m.name: m.id for m in modules}
     return data

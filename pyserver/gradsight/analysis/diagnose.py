@@ -15,10 +15,12 @@ from typing import Any
 
 import numpy as np
 
+from .. import kinds
 from .. import thresholds as th
 from ..fixes import suggest
+from . import attention, lossfit, optimizer, reach
 from .data import RunData, load
-from .findings import OUTSIDE, Detector, Finding
+from .findings import OUTSIDE, Detector, Finding, merge
 from .losscurve import analyse
 from .rootcause import RootCause, find
 
@@ -36,9 +38,15 @@ def health_of(issues: list[Finding]) -> int:
 
 
 def analyse_run(data: RunData, t: th.Thresholds) -> tuple[list[Finding], RootCause | None]:
-    findings = Detector(data, t).run()
+    """Every finding of the run (each detector reads the records for one way training fails), and the root cause."""
     curve, loss_findings = analyse(data, t)
-    findings += loss_findings
+    findings = Detector(data, t, curve).run() + loss_findings
+    trouble = curve.spike_step is not None or curve.diverging or any(f.kind == kinds.NAN_INF for f in findings)
+    findings += reach.detect(data)
+    findings += optimizer.detect(data, t, curve)
+    findings += lossfit.detect(data, t, curve, trouble) + lossfit.dropout(data, t, curve)
+    findings += attention.detect(data, t, curve)
+    findings = merge(findings)
     return findings, find(data, findings, curve, t)
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -60,7 +61,7 @@ def _topmost(data: RunData, frozen: dict[int, int]) -> dict[int, int]:
     return out
 
 
-def _merge(findings: list[Finding]) -> list[Finding]:
+def merge(findings: list[Finding]) -> list[Finding]:
     """One finding per (module, kind): the strongest evidence, the earliest step."""
     best: dict[tuple[str, str], Finding] = {}
     for f in findings:
@@ -88,9 +89,10 @@ def _fmt(v: float) -> str:
 
 
 class Detector:
-    def __init__(self, data: RunData, t: Thresholds) -> None:
+    def __init__(self, data: RunData, t: Thresholds, curve: Any = None) -> None:
         self.d = data
         self.t = t
+        self.curve = curve  # the loss curve (losscurve.LossCurve): large gradients matter when the loss does not fall
         self.names = data.names
         self.types = [m.type for m in data.modules]
         self.layers = data.own_layers()
@@ -135,7 +137,7 @@ class Detector:
         for fn in (self.triggers, self.nonfinite, self.exploding, self.vanishing, self.dead, self.saturation, self.out_of_range,
                    self.initialization, self.update_ratio, self.parameters, self.loop, self.input, self.softmax_loss):
             fn()
-        return _merge(self.out)
+        return merge(self.out)
 
     def diverged_before(self, step: int) -> str:
         """How the run blew up in the steps before ``step`` (empty when it did not)."""
@@ -153,12 +155,24 @@ class Detector:
             return f"loss rose {loss[-3:].max() / loss.min():.3g}x"
         return ""
 
+    def learning_well(self) -> bool:
+        """The loss falls steadily to well below its start, with no spike and no divergence: large gradients
+        (large-scale targets, a deep net) are then how this model trains, not an explosion."""
+        c = self.curve
+        if c is None or c.spike_step is not None or c.diverging or c.oscillating or c.not_decreasing:
+            return False
+        return bool(np.isfinite(c.head) and np.isfinite(c.tail) and c.head > 0 and c.tail < 0.5 * c.head
+                    and np.isfinite(self.loss).all())
+
     def triggers(self) -> None:
         """The runtime's own trigger events that name a layer are direct evidence."""
         kinds = {"grad_explode": "exploding_gradient", "vanishing": "vanishing_gradient", "dead_units": "dead_units"}
+        well = self.learning_well()
         for e in self.d.events:
             kind = kinds.get(e.name)
             if e.kind == "trigger" and kind and e.module and e.module in self.d.index:
+                if kind == "exploding_gradient" and well:
+                    continue  # large but healthy: judged by exploding() against the run's own history
                 # zero gradients may be the consequence of dead units further on: not direct evidence
                 self.add(e.module, kind, "error", f"{e.name} trigger at step {e.step}: {e.message}", 0.7, e.step,
                          direct=kind != "dead_units" or "dead" in (e.condition or "") and "grad" not in (e.condition or ""))
@@ -275,6 +289,8 @@ class Detector:
                 top = float(np.nanmax(np.where(fin, col, np.nan)))
                 base = float(np.nanmedian(col[:early])) if np.isfinite(col[:early]).any() else float("nan")
                 growth = top / base if base and base > 0 else float("inf")
+                if growth < 10 and self.learning_well():
+                    continue  # large from the start and the loss falls well: this model's scale, not an explosion
                 self.add(self.names[i], "exploding_gradient", "error",
                          f"gradient norm {_fmt(top)} > {self.t.layer_grad_norm:g} (first at step {int(steps[over[0]])}; "
                          f"{_fmt(growth)}x its early median {_fmt(base)})", _strength(top / self.t.layer_grad_norm), int(steps[over[0]]))
@@ -323,19 +339,30 @@ class Detector:
                                  f"RMS gradient of the first layer is {_fmt(med)} of the last layer's (< {self.t.vanishing_ratio:g})",
                                  _strength(self.t.vanishing_ratio / med, span=3), int(gsteps[np.flatnonzero(ok)[0]]))
 
+    def converged(self, steps: np.ndarray) -> np.ndarray:
+        """Steps at which the loss is ~0 against its start: units off then are a sparse solution, not dying."""
+        loss = self.loss
+        fin = loss[np.isfinite(loss)]
+        if not len(fin) or fin[0] <= 0:
+            return np.zeros(len(steps), dtype=bool)
+        at = np.searchsorted(self.steps, steps).clip(0, len(loss) - 1)
+        with np.errstate(invalid="ignore"):
+            return np.asarray(np.abs(loss[at]) < 0.02 * abs(float(np.median(fin[: max(1, min(10, len(fin)))]))))
+
     def dead(self) -> None:
         seen: set[int] = set()
         for kind, limit in (("dead_frac", self.t.dead_units_frac), ("in_dead_frac", self.t.dead_units_frac)):
             steps, mat = self.sampled(kind)
             if not mat.size:
                 continue
+            learning = ~self.converged(steps)
             for i in range(mat.shape[1]):
                 col = mat[:, i].astype(np.float64)
-                fin = np.isfinite(col)
+                fin = np.isfinite(col) & learning
                 if fin.sum() < 1:
                     continue
                 hit = fin & (col >= limit)
-                if hit.sum() >= max(1, 0.5 * fin.sum()):
+                if hit.sum() >= max(1, 0.5 * fin.sum()) and float(np.median(col[fin])) >= limit:
                     # the units that died belong to the layer producing them
                     owner = self.producer(i) if kind == "dead_frac" else self.layer_before(i)
                     if owner is None or owner in seen:
@@ -347,11 +374,15 @@ class Detector:
                              f"{med:.0%} of the units are dead (zero for the whole batch) at the {where} on {int(hit.sum())} of "
                              f"{int(fin.sum())} sampled steps", min(1.0, 0.5 + med / 2), int(steps[np.flatnonzero(hit)[0]]))
         steps, zf = self.sampled("grad_zero_frac")
+        _, in_dead = self.sampled("in_dead_frac")
         if zf.size:
             for i in self.layers:
                 if self.types[i] in EMBEDDINGS or i in seen:
                     continue
                 col = zf[:, i].astype(np.float64)
+                if in_dead.size and in_dead.shape[0] == zf.shape[0]:
+                    # a weight whose input is zero for the whole batch (sparse inputs) has zero gradients: not dead units
+                    col = col - np.nan_to_num(in_dead[:, i].astype(np.float64), nan=0.0)
                 fin = np.isfinite(col)
                 hit = fin & (col >= self.t.dead_grad_frac)
                 if fin.sum() and hit.sum() >= max(1, 0.5 * fin.sum()):

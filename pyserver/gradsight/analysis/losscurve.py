@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -18,6 +19,7 @@ class LossCurve:
     oscillating: bool = False
     diverging: bool = False
     lr_jump_step: int | None = None
+    spike_recovered: bool = False  # a spike the loss came back down from
     head: float = float("nan")  # median of the first tenth
     tail: float = float("nan")  # median of the last fifth
 
@@ -65,6 +67,16 @@ def analyse(data: RunData, t: Thresholds) -> tuple[LossCurve, list[Finding]]:
                                    f"in the second half the loss changes direction on {flips:.0%} of steps, by {swing:.0%} of its mean", 0.6))
         if tail > 2 * lowest and tail > head:
             curve.diverging = True
+    if curve.spike_step is not None and math.isfinite(curve.tail):
+        # a spike the run recovers from (a warmup's peak, one bad batch) ends well below where the loss was before it
+        before = loss[(steps < curve.spike_step) & (steps >= curve.spike_step - t.loss_spike_window)]
+        before = before[np.isfinite(before)]
+        if len(before) and curve.tail < 0.5 * float(np.median(before)) and np.isfinite(loss[-max(1, len(loss) // 10):]).all():
+            curve.spike_recovered = True
+            for k, f in enumerate(out):
+                if f.kind == "loss_spike":
+                    out[k] = Finding(f.module, f.kind, "warning", f.evidence + "; the run recovered from it", f.strength * 0.5, f.step)
+            curve.spike_step = None
     lr = data.steps["lr"]
     ok = np.isfinite(lr) & (lr > 0)
     for k in range(1, len(lr)):

@@ -62,18 +62,27 @@ def find(data: RunData, findings: list[Finding], curve: LossCurve, t: Thresholds
         return sorted([f for f in findings if f.kind == kind and (severity is None or f.severity == severity)], key=order)
 
     tiers: list[tuple[int, list[Finding]]] = []
-    tiers.append((0, of("grads_not_zeroed") + of("not_updated") + of("double_softmax") + of("frozen")))
+    tiers.append((0, of("grads_not_zeroed") + of("no_gradient") + of("not_updated") + of("double_softmax") + of("double_sigmoid")
+                  + of("loss_target_mismatch") + of("frozen") + of("gradient_clipping_too_strong") + of("optimizer_eps_too_high")
+                  + of("weight_decay_too_high")))
     nonfinite = of("nan_inf")
     tiers.append((1, [f for f in nonfinite if f.direct]))
-    tiers.append((2, _learning_rate(data, findings, curve, t, anomaly_step)))
-    forward = of("activation_out_of_range") + of("poor_initialization") + of("activation_out_of_range", "warning")
+    tiers.append((2, of("loss_scale_too_high") + [f for f in of("learning_rate_too_high") + of("learning_rate_too_low")
+                                                   if "learning rate grew" in f.evidence or "fell from" in f.evidence or "never came near" in f.evidence]
+                  + _learning_rate(data, findings, curve, t, anomaly_step)))
+    forward = (of("attention_collapse") + of("dropout_too_high") + of("activation_out_of_range") + of("poor_initialization")
+               + of("activation_out_of_range", "warning"))
     input_first = [f for f in forward if f.module == "input"]
     init = [f for f in forward if f.kind == "poor_initialization"]
     inside = sorted([f for f in forward if f.module != "input" and f.kind != "poor_initialization"], key=order)
     tiers.append((3, input_first + _from_start(inside, init, data) + inside))
     tiers.append((4, of("exploding_gradient") + [f for f in nonfinite if not f.direct]))
-    dying = sorted(of("vanishing_gradient") + of("dead_units"), key=lambda f: (not f.direct, *order(f)))
-    tiers.append((5, dying + of("saturation", None)))
+    # zero gradients (indirect dead units) start where the flow stops: the layer nearest the loss among them
+    direct = sorted([f for f in of("vanishing_gradient") + of("dead_units") if f.direct], key=order)
+    indirect = sorted([f for f in of("dead_units") if not f.direct], key=lambda f: (f.step if f.step is not None else 10**9,
+                                                                                      -rank.get(index.get(f.module, -1), -1)))
+    dying = direct + indirect
+    tiers.append((5, dying + of("saturation", None) + of("attention_entropy_collapse")))
     if curve.not_decreasing or any(f.kind == "loss_spike" for f in findings):
         tiers.append((6, _stagnation(data, findings, curve, t)))
     for tier, cands in tiers:
@@ -120,7 +129,11 @@ def _learning_rate(data: RunData, findings: list[Finding], curve: LossCurve, t: 
             out.append(Finding("optimizer", "learning_rate_too_high", "error", jump.evidence + ", just before the loss blew up", 0.95, jump.step))
     steps, ur = data.metric("update_ratio")
     layers = data.own_layers()
-    if trouble and ur.size and layers:
+    first = int(data.steps["step"][0]) if data.n_steps else 0
+    # large updates from the start follow from weights or inputs badly scaled from the start: those explain them
+    scaled_wrong = any(f.kind == "poor_initialization" and f.severity == "error" and (f.step or 0) <= first + 1 for f in findings) or any(
+        f.module == "input" and f.kind == "activation_out_of_range" for f in findings)
+    if trouble and ur.size and layers and not scaled_wrong:
         early = ur[: max(2, len(steps) // 3)][:, layers].astype(np.float64)
         per_layer = np.nanmedian(np.where(np.isfinite(early), early, np.nan), axis=0) if np.isfinite(early).any() else np.array([])
         per_layer = per_layer[np.isfinite(per_layer)]

@@ -96,11 +96,18 @@ class Observer:
 
         @functools.wraps(original)
         def loss(input: Any, target: Any, *args: Any, **kwargs: Any) -> Any:
+            result = original(input, target, *args, **kwargs)
             if not _compiling() and obs.armed and isinstance(input, torch.Tensor) and isinstance(target, torch.Tensor):
                 module = obs._current()
                 if obs._once(f"loss:{name}", module):
-                    obs._guarded(lambda: obs.rows.append(("loss", module, loss_stats(name, input, target, kwargs))))
-            return original(input, target, *args, **kwargs)
+                    def note() -> None:
+                        stats = loss_stats(name, input, target, kwargs)
+                        if isinstance(result, torch.Tensor) and result.numel() == 1:
+                            stats["value"] = float(result.detach())  # (the loss function's own value, beside any penalty added)
+                        obs.rows.append(("loss", module, stats))
+
+                    obs._guarded(note)
+            return result
 
         return loss
 
@@ -156,11 +163,15 @@ class Observer:
         if k < 2:
             return
         p = p.reshape(p.shape[0], -1, p.shape[-2], k)
-        ent = -(p * torch.log(p.clamp_min(1e-12))).sum(-1) / math.log(k)  # [B, H, Q]
-        heads = ent.mean(dim=(0, 2))
+        h = -(p * torch.log(p.clamp_min(1e-12))).sum(-1)  # [B, H, Q]
+        ent = h / math.log(k)
+        valid = (p > 1e-9).sum(-1).float()  # the keys a mask leaves each query
+        within = torch.where(valid >= 2, h / torch.log(valid.clamp_min(2)), torch.zeros_like(h))  # over the keys it may see
         top = p.amax(-1).mean(dim=(0, 2))
         self.rows.append(("attention", module, {"keys": int(k), "queries": int(p.shape[-2]), "heads": int(p.shape[1]),
-                                                "entropy": [round(float(v), 5) for v in heads.tolist()],
+                                                "entropy": [round(float(v), 5) for v in ent.mean(dim=(0, 2)).tolist()],
+                                                "entropy_valid": [round(float(v), 5) for v in within.mean(dim=(0, 2)).tolist()],
+                                                "valid_keys": [round(float(v), 3) for v in valid.mean(dim=(0, 2)).tolist()],
                                                 "maxprob": [round(float(v), 5) for v in top.tolist()]}))
         if self.keep_maps and p.numel() * 4 <= ATTENTION_BYTES:
             self.maps.append((module, p.detach().cpu()))
@@ -191,7 +202,8 @@ def loss_stats(name: str, input: torch.Tensor, target: torch.Tensor, kwargs: dic
     xf = x.float()
     out: dict[str, Any] = {"loss": name, "input_shape": list(x.shape), "target_shape": list(t.shape), "target_dtype": str(t.dtype).replace("torch.", ""),
                            "reduction": kwargs.get("reduction", "mean"), "input_min": float(xf.min()) if x.numel() else None,
-                           "input_max": float(xf.max()) if x.numel() else None}
+                           "input_max": float(xf.max()) if x.numel() else None,
+                           "input_zero_frac": float((xf == 0).float().mean()) if x.numel() else None}
     if x.dim() >= 2 and x.shape[-1] > 1 and x.numel():
         out["input_rowsum_dev"] = float((xf.sum(-1) - 1).abs().max())  # 0 when its rows are probabilities
         if name in ("cross_entropy", "nll_loss"):

@@ -724,6 +724,8 @@ class Session:
             self._loss_only_step()
             return
         stash, self._stash = self._stash, None
+        if stash is not None and stash[0] is w and all(p.grad is None for p in w.layout.params):
+            stash = None  # read before clipping, but gone by the step (zero_grad() between them): the step has none
         result = stash[1] if stash is not None and stash[0] is w else self._collect(w, clock)
         if isinstance(result, Pending):  # read the previous step's values, whose copy has landed meanwhile
             previous, self._pending = self._pending, result

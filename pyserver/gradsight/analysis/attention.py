@@ -1,0 +1,68 @@
+"""Attention that collapses: heads that put (nearly) all their weight on one key.
+
+From the attention distributions measured on measured steps: each head's entropy (over the log of the keys
+it may see), its largest weight, and how many keys its mask leaves each query. At initialisation attention is
+close to uniform (queries and keys are random, their logits small): a head concentrated from the first steps
+is a fault of the logits' scale (multiplied where they should be divided, query/key weights too large); a
+mask that leaves each query one key is a fault of the mask. Sharp attention that training learns while the
+loss falls is not: a head whose entropy collapses over the run counts only when the loss stops falling.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .. import kinds
+from ..thresholds import Thresholds
+from .data import RunData
+from .findings import Finding
+from .losscurve import LossCurve
+
+MIN_KEYS = 4  # fewer keys make one-hot attention likely by chance
+EARLY_ENTROPY = 0.5  # attention this concentrated at the first measured step did not come from training
+
+
+def _mean(values: object) -> float:
+    return float(np.mean(values)) if isinstance(values, list) and values else math.nan
+
+
+def detect(d: RunData, t: Thresholds, curve: LossCurve) -> list[Finding]:
+    out: list[Finding] = []
+    by_module: dict[str, list[tuple[int, dict[str, object]]]] = {}
+    for o in d.observed("attention"):
+        if o.module is not None and o.data.get("entropy"):
+            by_module.setdefault(o.module, []).append((o.step, o.data))
+    for module, rows in by_module.items():
+        rows.sort(key=lambda r: r[0])
+        step, first = rows[0]
+        count = first.get("keys")
+        keys = int(count) if isinstance(count, (int, float)) else 0
+        if keys < MIN_KEYS:
+            continue
+        valid = _mean(first.get("valid_keys"))
+        within = first.get("entropy_valid") or first.get("entropy")
+        heads = np.array(within if isinstance(within, list) else [], dtype=np.float64)
+        tops = np.array(first.get("maxprob") or [], dtype=np.float64)
+        if math.isfinite(valid) and valid <= 1.5:
+            out.append(Finding(module, kinds.ATTENTION_COLLAPSE, "error",
+                               f"its mask leaves each query {valid:.2g} key{'s' if valid >= 1.5 else ''} of {keys} (from step {step}): every head "
+                               "attends to one key, whatever the input", 0.95, step))
+            continue
+        if len(heads) and float(heads.mean()) < EARLY_ENTROPY:
+            worst = int(np.argmin(heads))
+            out.append(Finding(module, kinds.ATTENTION_COLLAPSE, "error",
+                               f"already at step {step} its heads put most weight on few keys: entropy {float(heads.mean()):.2g} of the uniform "
+                               f"one (head {worst}: {heads[worst]:.2g}" + (f", largest weight {tops[worst]:.2f}" if len(tops) > worst else "")
+                               + "), where attention starts near uniform: the attention logits are far too large (scaled up, or "
+                               "query/key weights too large)", min(1.0, 0.6 + 0.8 * (EARLY_ENTROPY - float(heads.mean()))), step))
+            continue
+        if len(rows) >= 3:
+            start, end = _mean(rows[0][1].get("entropy")), _mean(rows[-1][1].get("entropy"))
+            poor = curve.not_decreasing or (math.isfinite(curve.head) and curve.head > 0 and curve.tail > 0.5 * curve.head)
+            if start >= 0.5 and end < t.attention_collapsed_entropy and poor:
+                out.append(Finding(module, kinds.ATTENTION_ENTROPY_COLLAPSE, "error",
+                                   f"its attention entropy fell from {start:.2g} to {end:.2g} of the uniform one (steps {rows[0][0]}-{rows[-1][0]}) "
+                                   "while the loss stopped falling: the heads collapsed onto single keys", 0.8, rows[-1][0]))
+    return out

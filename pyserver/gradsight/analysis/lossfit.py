@@ -1,0 +1,171 @@
+"""Whether the loss is given what it expects: logits or probabilities, targets of its kind and shape, a mean.
+
+Read off what the loss functions were given on measured steps (``observations`` of kind ``loss``):
+
+- probabilities (every row in [0, 1], summing to 1) fed to a loss that applies log-softmax itself, or values in
+  [0, 1] fed to one that applies a sigmoid itself: the model's output layer applies it a second time;
+- targets the loss cannot mean: a binary cross-entropy's targets outside [0, 1]; a regression loss whose
+  input and target shapes broadcast to a larger one ([B, 1] against [B]); outputs whose range cannot reach
+  the targets (a sigmoid or ReLU output for targets below zero); class indices fed to a regression loss;
+- a loss summed over a large batch where training goes wrong: every step scaled by the batch size;
+- a first cross-entropy many times ln(C): the output layer starts with logits far too large.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from .. import kinds
+from ..thresholds import Thresholds
+from .data import RunData
+from .findings import Finding
+from .losscurve import LossCurve
+
+LOGIT_LOSSES = {"cross_entropy"}  # apply log-softmax to their input
+LOGIT_BINARY = {"binary_cross_entropy_with_logits"}  # apply a sigmoid to their input
+BINARY = {"binary_cross_entropy", "binary_cross_entropy_with_logits"}
+REGRESSION = {"mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss"}
+MEAN_LOSSES = REGRESSION | BINARY | {"cross_entropy", "nll_loss"}
+
+
+def _share(calls: list[dict[str, Any]], test: Any) -> float:
+    hits = [bool(test(c)) for c in calls]
+    return sum(hits) / len(hits) if hits else 0.0
+
+
+def _broadcast(a: list[int], b: list[int]) -> list[int] | None:
+    """The shape ``a`` and ``b`` broadcast to, None when they do not."""
+    out = []
+    for x, y in zip(reversed(a), reversed(b)):
+        if x != y and 1 not in (x, y):
+            return None
+        out.append(max(x, y))
+    longer = a if len(a) > len(b) else b
+    return list(reversed(out)) if len(a) == len(b) else longer[: abs(len(a) - len(b))] + list(reversed(out))
+
+
+def _output_layer(d: RunData) -> str | None:
+    """The last layer in forward order (the one producing the model's output)."""
+    rank = d.forward_rank()
+    layers = sorted(d.own_layers(), key=lambda i: rank[i])
+    return d.modules[layers[-1]].name if layers else None
+
+
+def detect(d: RunData, t: Thresholds, curve: LossCurve, trouble: bool) -> list[Finding]:
+    """``trouble``: the run diverged, spiked or went non-finite (a summed loss matters then)."""
+    out: list[Finding] = []
+    by_loss: dict[str, list[dict[str, Any]]] = {}
+    first: dict[str, int] = {}
+    for o in d.observed("loss"):
+        name = str(o.data.get("loss"))
+        by_loss.setdefault(name, []).append(o.data)
+        first.setdefault(name, o.step)
+    head = _output_layer(d)
+    for name, calls in by_loss.items():
+        st = first[name]
+        probs = _share(calls, lambda c: c.get("input_min") is not None and c["input_min"] >= 0 and c["input_max"] <= 1.0 + 1e-6)
+        if name in LOGIT_LOSSES and probs >= 0.8 and _share(calls, lambda c: (c.get("input_rowsum_dev") or 1.0) < 1e-3) >= 0.8:
+            out.append(Finding(kinds.LOSS, kinds.DOUBLE_SOFTMAX, "error",
+                               f"{name} is given probabilities (every row in [0, 1], summing to 1) but applies log-softmax itself: "
+                               "the model's output goes through softmax twice, and its gradients shrink", 0.95, st))
+        if name in LOGIT_BINARY and probs >= 0.8:
+            out.append(Finding(kinds.LOSS, kinds.DOUBLE_SIGMOID, "error",
+                               f"{name} is given values in [0, 1] (from {min(c['input_min'] for c in calls):.3g} to "
+                               f"{max(c['input_max'] for c in calls):.3g}) but applies a sigmoid itself: the output goes "
+                               "through a sigmoid twice (use BCELoss on probabilities, or drop the sigmoid)", 0.95, st))
+        if name in BINARY:
+            outside = _share(calls, lambda c: c.get("target_min") is not None and (c["target_min"] < -1e-6 or c["target_max"] > 1 + 1e-6))
+            if outside >= 0.5:
+                lo = min(c["target_min"] for c in calls)
+                hi = max(c["target_max"] for c in calls)
+                out.append(Finding(kinds.LOSS, kinds.LOSS_TARGET_MISMATCH, "error",
+                                   f"{name}'s targets run from {lo:.3g} to {hi:.3g}; a binary cross-entropy needs them in [0, 1] "
+                                   "(labels as -1/+1, or images scaled to [-1, 1]?)", 1.0, st))
+        if name in REGRESSION | BINARY:
+            wider = [c for c in calls if c["input_shape"] != c["target_shape"]]
+            if wider:
+                c = wider[0]
+                shape = _broadcast(c["input_shape"], c["target_shape"])
+                n_in, n_t = math.prod(c["input_shape"]), math.prod(c["target_shape"])
+                if shape is not None and math.prod(shape) > max(n_in, n_t):
+                    out.append(Finding(kinds.LOSS, kinds.LOSS_TARGET_MISMATCH, "error",
+                                       f"{name} compares an input of shape {c['input_shape']} with targets of shape {c['target_shape']}: "
+                                       f"they broadcast to {shape}, every prediction against every target (PyTorch warns of this)", 1.0, st))
+        if name in REGRESSION:
+            below = _share(calls, lambda c: c.get("target_min") is not None and c["target_min"] < -0.05 * max(abs(c["target_max"]), 1e-6))
+            # outputs that vary (a collapsed, constant output says nothing of their range) and are never negative
+            nonneg = _share(calls, lambda c: c.get("input_min") is not None and c["input_min"] >= 0
+                            and c["input_max"] - c["input_min"] > 1e-6 * (c["target_max"] - c["target_min"]))
+            if below >= 0.8 and nonneg >= 0.8:
+                unit = probs >= 0.8
+                out.append(Finding(kinds.LOSS, kinds.LOSS_TARGET_MISMATCH, "error",
+                                   f"the model's outputs are never below 0{' and never above 1' if unit else ''} "
+                                   f"({'a sigmoid' if unit else 'a ReLU'} on the output?), but {name}'s targets go down to "
+                                   f"{min(c['target_min'] for c in calls):.3g}: the output cannot reach them", 0.9, st))
+            indices = _share(calls, lambda c: c.get("target_integral") and c.get("target_min") == 0 and 3 <= (c.get("target_distinct") or 0) <= 20)
+            if indices >= 0.8 and (curve.not_decreasing or _progress(curve) < 0.5):
+                k = max(c.get("target_distinct") or 0 for c in calls)
+                out.append(Finding(kinds.LOSS, kinds.LOSS_TARGET_MISMATCH, "error",
+                                   f"{name} is fitted to targets that look like class indices (the integers 0..{k - 1}): a "
+                                   "classification trained as regression (use CrossEntropyLoss on logits)", 0.7, st))
+        zeros = _share(calls, lambda c: c.get("input_min") == 0 and (c.get("input_zero_frac") or 0) >= 0.3)
+        if zeros >= 0.8 and head is not None:
+            frac = float(np.median([c.get("input_zero_frac") or 0 for c in calls]))
+            out.append(Finding(head, kinds.DEAD_UNITS, "error",
+                               f"{frac:.0%} of the model's outputs given to {name} are exactly 0 and none is negative: the output goes "
+                               "through a ReLU, whose zeros pass no gradient back", min(1.0, 0.5 + frac / 2), st))
+        if name in MEAN_LOSSES and trouble:
+            summed = [c for c in calls if c.get("reduction") == "sum"]
+            if summed and len(summed) >= 0.8 * len(calls):
+                batch = int(summed[0]["input_shape"][0]) if summed[0]["input_shape"] else 1
+                if batch >= 16:
+                    out.append(Finding(kinds.LOSS, kinds.LOSS_SCALE_TOO_HIGH, "error",
+                                       f"{name} sums over the batch (reduction='sum', {batch} rows) instead of averaging: every gradient, "
+                                       f"and so every step, is {batch}x what the learning rate was chosen for", 0.9, first[name]))
+        if name == "cross_entropy" and head is not None:
+            classes = [c["input_shape"][1] for c in calls if len(c["input_shape"]) >= 2 and c["input_shape"][1] > 1]
+            loss = d.steps["loss"]
+            if classes and len(loss) and math.isfinite(float(loss[0])):
+                ln_c = math.log(classes[0])
+                if float(loss[0]) > t.initial_loss_over_log_classes * ln_c and float(loss[0]) > ln_c + 2:
+                    out.append(Finding(head, kinds.POOR_INITIALIZATION, "error",
+                                       f"the first loss {float(loss[0]):.4g} is {float(loss[0]) / ln_c:.3g}x ln({classes[0]}) = {ln_c:.3g}, "
+                                       "what an output layer that starts near zero gives: its logits start far too large", 0.85,
+                                       int(d.steps["step"][0])))
+    return out
+
+
+def _progress(curve: LossCurve) -> float:
+    if not (math.isfinite(curve.head) and math.isfinite(curve.tail)) or curve.head <= 0:
+        return float("nan")
+    return 1.0 - curve.tail / curve.head
+
+
+def dropout(d: RunData, t: Thresholds, curve: LossCurve) -> list[Finding]:
+    """A dropout rate that drops most units, in a module or called as F.dropout, while training struggles."""
+    out: list[Finding] = []
+    rates: dict[str, float] = {}
+    for m in d.modules:
+        p = (m.config or {}).get("p")
+        if m.type.startswith("Dropout") and isinstance(p, (int, float)):
+            rates[m.name] = float(p)
+    for o in d.observed("dropout"):
+        if o.data.get("training") and o.module is not None and isinstance(o.data.get("p"), (int, float)):
+            rates[o.module] = max(rates.get(o.module, 0.0), float(o.data["p"]))
+    _, mode = d.metric("training")
+    for name, p in rates.items():
+        if p < t.dropout_high:
+            continue
+        i = d.index.get(name)
+        if i is not None and mode.size and np.isfinite(mode[:, i]).any() and not (mode[:, i][np.isfinite(mode[:, i])] == 1).any():
+            continue  # never run in training mode
+        # p >= 0.85 drops nearly every unit: wrong whatever the loss does; a lower high rate when training struggles
+        poor = p >= 0.85 or curve.not_decreasing or _progress(curve) < 0.8
+        out.append(Finding(name, kinds.DROPOUT_TOO_HIGH, "error" if poor else "warning",
+                           f"dropout p={p:g} drops {p:.0%} of the units at every training step: the layers after it see a "
+                           "fraction of their inputs (a keep-probability written as a drop rate?)", min(1.0, 0.5 + p / 2),
+                           int(d.steps["step"][0])))
+    return out

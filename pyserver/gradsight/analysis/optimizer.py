@@ -1,0 +1,220 @@
+"""The optimizer's side: the learning rate over the run, clipping, Adam's eps, weight decay and weight penalties.
+
+Each rule compares what the optimizer was told (its hyperparameters, recorded per parameter group) with what
+the run shows (the rate at each step, the gradients before clipping, their RMS, the weights' norms, the
+gradient's direction against the weights) and with the loss: a setting is a fault when its mechanism is at
+work *and* training suffers, so a schedule that peaks and anneals, or an ordinary clip, is left alone.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from .. import kinds
+from ..thresholds import Thresholds
+from .data import RunData
+from .findings import Finding
+from .losscurve import LossCurve
+
+ADAM_LIKE = {"Adam", "AdamW", "NAdam", "RAdam", "Adamax", "SparseAdam", "Adafactor", "RMSprop", "Adagrad", "Adadelta"}
+COUPLED_DECAY = {"SGD", "Adam", "RMSprop", "Adagrad", "NAdam", "RAdam", "Adamax"}  # weight_decay adds wd * W to the gradient
+
+
+def _fmt(v: float) -> str:
+    return f"{v:.3g}"
+
+
+def progress(curve: LossCurve) -> float:
+    """How much of its start the loss lost: 1 - tail / head (NaN when unknown)."""
+    if not (math.isfinite(curve.head) and math.isfinite(curve.tail)) or curve.head <= 0:
+        return math.nan
+    return 1.0 - curve.tail / curve.head
+
+
+def _poor(curve: LossCurve, t: Thresholds) -> bool:
+    p = progress(curve)
+    return curve.not_decreasing or not math.isfinite(p) or p < 1.0 - t.loss_progress_poor
+
+
+def _ends_badly(d: RunData, curve: LossCurve) -> bool:
+    """The run ends worse than it was at its best: diverged, non-finite, or well above its lowest loss."""
+    loss = d.steps["loss"]
+    fin = loss[np.isfinite(loss)]
+    if len(fin) < len(loss) * 0.9 or (len(loss) and not np.isfinite(loss[-max(1, len(loss) // 10):]).all()):
+        return True
+    if len(fin) < 10:
+        return False
+    k = max(3, len(fin) // 10)
+    smooth = np.convolve(fin, np.ones(k) / k, mode="valid")
+    return bool(smooth[-1] > 2.0 * smooth.min() and smooth[-1] > fin[: max(3, len(fin) // 10)].mean() * 0.8) or curve.diverging
+
+
+def _groups(d: RunData) -> list[dict[str, Any]]:
+    opts = d.optimizers
+    groups = opts[0].get("groups", []) if opts else []
+    return [g for g in groups if isinstance(g, dict)] if isinstance(groups, list) else []
+
+
+def _floats(d: RunData, key: str) -> list[float]:
+    """A hyperparameter's value in each parameter group that has it."""
+    return [float(g[key]) for g in _groups(d) if isinstance(g.get(key), (int, float)) and not isinstance(g.get(key), bool)]
+
+
+def _opt_type(d: RunData) -> str:
+    opts = d.optimizers
+    return str(opts[0].get("type")) if opts else str(d.run.get("optimizer") or "")
+
+
+def learning_rate(d: RunData, t: Thresholds, curve: LossCurve) -> list[Finding]:
+    out: list[Finding] = []
+    steps, lr = d.steps["step"], d.steps["lr"]
+    ok = np.isfinite(lr) & (lr > 0)
+    if ok.sum() < 5:
+        return out
+    v, s = lr[ok], steps[ok]
+    first, peak, n = float(v[0]), float(v.max()), len(d.steps["step"])
+    at_peak = int(s[int(np.argmax(v))])
+    jumps = v[1:] / v[:-1] if len(v) > 1 else np.ones(0)
+    gradual = not len(jumps) or float(jumps.max()) < 5.0
+    if peak / first >= t.lr_growth_high and gradual and _ends_badly(d, curve):
+        out.append(Finding(kinds.OPTIMIZER, kinds.LEARNING_RATE_TOO_HIGH, "error",
+                           f"the learning rate grew {peak / first:.3g}x over the run (from {_fmt(first)} to {_fmt(peak)} at step {at_peak}), "
+                           "never in one jump, and the loss ends far above its best: a warmup with no cap?", 0.9, at_peak))
+    low = np.flatnonzero(v < t.lr_decay_low * peak)
+    if len(low) and (v[low[0]:] < t.lr_decay_low * peak).all():
+        k = int(s[low[0]])
+        share = k / max(1, n)
+        loss = d.steps["loss"]
+        idx = int(np.searchsorted(steps, k))
+        before, after = loss[: idx + 1], loss[idx:]
+        before, after = before[np.isfinite(before)], after[np.isfinite(after)]
+        if share <= 0.5 and len(after) >= 5 and len(before):
+            at_k = float(np.median(before[-3:]))
+            gain = 1.0 - float(np.median(after[-max(3, len(after) // 5):])) / at_k if at_k > 0 else 0.0
+            if gain < 0.1 and _poor(curve, t):
+                out.append(Finding(kinds.OPTIMIZER, kinds.LEARNING_RATE_TOO_LOW, "error",
+                                   f"the learning rate fell from {_fmt(peak)} to below {_fmt(t.lr_decay_low * peak)} by step {k} "
+                                   f"({share:.0%} of the run: a scheduler stepped every batch?), and the loss stopped falling there "
+                                   f"({at_k:.4g} then)", 0.9, k))
+    base = next((b for b in _floats(d, "initial_lr") if b > 0), None)
+    if base is not None and peak < t.lr_base_low * base and _poor(curve, t):
+        out.append(Finding(kinds.OPTIMIZER, kinds.LEARNING_RATE_TOO_LOW, "error",
+                           f"the learning rate never came near its base {_fmt(base)}: at most {_fmt(peak)} ({peak / base:.2g} of it) in "
+                           f"{n} steps (a warmup longer than the run?), and the loss hardly falls", 0.9, int(s[0])))
+    return out
+
+
+def clipping(d: RunData, t: Thresholds) -> list[Finding]:
+    out: list[Finding] = []
+    steps = d.steps
+    norm, clip = steps.get("grad_norm"), steps.get("clip_norm")
+    if norm is not None and clip is not None:
+        both = np.isfinite(norm) & np.isfinite(clip) & (norm > 0)
+        if both.sum() >= max(3, 0.5 * len(norm)):
+            ratio = float(np.median(clip[both] / norm[both]))
+            # too strong: ordinary gradients cut to almost nothing (gradients that exploded are the other fault)
+            if ratio < t.clip_ratio_low and float(np.median(norm[both])) < t.global_grad_norm:
+                out.append(Finding(kinds.OPTIMIZER, kinds.GRADIENT_CLIPPING_TOO_STRONG, "error",
+                                   f"clip_grad_norm_ to {_fmt(float(np.median(clip[both])))} rescales every step's gradient "
+                                   f"(norm {_fmt(float(np.median(norm[both])))} before clipping) to {ratio:.2g} of it: "
+                                   f"each step is {1 / ratio:.3g}x smaller than the learning rate intends", min(1.0, 0.6 + 0.1 * math.log10(1 / ratio)),
+                                   int(steps["step"][np.flatnonzero(both)[0]])))
+    value = steps.get("clip_value")
+    if value is not None and np.isfinite(value).any():
+        gsteps, gmax = d.metric("grad_max")
+        if gmax.size:
+            top = gmax[:, 0].astype(np.float64)  # the root: every gradient
+            idx = {int(s): k for k, s in enumerate(steps["step"])}
+            pairs = [(float(value[idx[int(s)]]), top[r]) for r, s in enumerate(gsteps)
+                     if int(s) in idx and np.isfinite(value[idx[int(s)]]) and np.isfinite(top[r]) and top[r] > 0]
+            if pairs:
+                ratio = float(np.median([c / m for c, m in pairs]))
+                if ratio < t.clip_ratio_low and float(np.median([m for _, m in pairs])) < t.layer_grad_norm:
+                    out.append(Finding(kinds.OPTIMIZER, kinds.GRADIENT_CLIPPING_TOO_STRONG, "error",
+                                       f"clip_grad_value_ to {_fmt(pairs[0][0])} cuts every gradient element down from up to "
+                                       f"{_fmt(float(np.median([m for _, m in pairs])))}: {ratio:.2g} of the largest, so the steps "
+                                       "keep only the gradients' signs, scaled to almost nothing",
+                                       min(1.0, 0.6 + 0.1 * math.log10(1 / ratio)), int(gsteps[0])))
+    return out
+
+
+def _layer_rms(d: RunData) -> float | None:
+    """The median over layers and steps of each layer's gradient RMS (its L2 norm over the root of its size)."""
+    _, g = d.metric("grad_norm")
+    layers = d.own_layers()
+    if not g.size or not layers:
+        return None
+    size = np.array([max(1, d.modules[i].own_params) for i in layers], dtype=np.float64)
+    rms = g[:, layers].astype(np.float64) / np.sqrt(size)
+    rms = rms[np.isfinite(rms) & (rms > 0)]
+    return float(np.median(rms)) if len(rms) else None
+
+
+def adam_eps(d: RunData, t: Thresholds, curve: LossCurve) -> list[Finding]:
+    if _opt_type(d) not in ADAM_LIKE:
+        return []
+    eps = _floats(d, "eps")
+    rms = _layer_rms(d)
+    if not eps or rms is None or rms <= 0:
+        return []
+    e = max(eps)
+    if e < 1e-4 or e < t.eps_over_grad_rms * rms:
+        return []
+    severity = "error" if _poor(curve, t) else "warning"
+    return [Finding(kinds.OPTIMIZER, kinds.OPTIMIZER_EPS_TOO_HIGH, severity,
+                    f"{_opt_type(d)}'s eps={_fmt(e)} is {e / rms:.3g}x the gradients' RMS ({_fmt(rms)}): each update is about "
+                    f"lr * g / eps, {e / rms:.3g}x smaller than the normalised step {_opt_type(d)} takes", min(1.0, 0.6 + 0.1 * math.log10(e / rms)),
+                    int(d.steps["step"][0]))]
+
+
+def weight_decay(d: RunData, t: Thresholds, curve: LossCurve) -> list[Finding]:
+    out: list[Finding] = []
+    layers = d.own_layers()
+    if not layers:
+        return out
+    # a penalty on the weights written into the loss: every layer's gradient points along its weights
+    steps, cos = d.metric("grad_weight_cos")
+    if cos.size:
+        med = np.array([np.nanmedian(cos[:, i]) if np.isfinite(cos[:, i]).any() else np.nan for i in layers])
+        known = np.isfinite(med)
+        if known.sum() >= 2:
+            share = float(np.mean(med[known] > t.penalty_cos_high))
+            if share >= 0.6:  # (whatever the loss does: the penalty falls as the weights shrink, the data's part does not)
+                out.append(Finding(kinds.LOSS, kinds.WEIGHT_DECAY_TOO_HIGH, "error",
+                                   f"in {share:.0%} of the layers the gradient points along the weights (median cos "
+                                   f"{float(np.nanmedian(med)):.3f}): a weight penalty in the loss is nearly all of the gradient, "
+                                   "and the data's part is lost", min(1.0, 0.5 + share / 2), int(steps[0])))
+    # decay by the optimizer: the weights shrink while the loss does not fall
+    wd = max(_floats(d, "weight_decay"), default=0.0)
+    wsteps, w = d.metric("weight_norm")
+    if wd > 0 and w.size and len(wsteps) >= 2 and _poor(curve, t):
+        start, end = w[0, layers].astype(np.float64), w[-1, layers].astype(np.float64)
+        ok = np.isfinite(start) & np.isfinite(end) & (start > 0)
+        if ok.sum():
+            shrink = end[ok] / start[ok]
+            share = float(np.mean(shrink < t.weight_shrink_low))
+            if share >= 0.5:
+                out.append(Finding(kinds.OPTIMIZER, kinds.WEIGHT_DECAY_TOO_HIGH, "error",
+                                   f"weight_decay={_fmt(wd)} shrinks {share:.0%} of the layers' weights to a median {float(np.median(shrink)):.2g} "
+                                   f"of their start by step {int(wsteps[-1])} while the loss does not fall: the decay outweighs the "
+                                   "gradient", min(1.0, 0.5 + share / 2), int(wsteps[-1])))
+        # coupled decay (added to the gradient): compare its size with the gradient's
+        if _opt_type(d) in COUPLED_DECAY and not out:
+            gsteps, g = d.metric("grad_norm")
+            rows = {int(s): k for k, s in enumerate(gsteps)}
+            pairs = [(r, rows[int(s)]) for r, s in enumerate(wsteps) if int(s) in rows]
+            if pairs:
+                ratio = wd * w[[a for a, _ in pairs]][:, layers].astype(np.float64) / g[[b for _, b in pairs]][:, layers].astype(np.float64)
+                r = ratio[np.isfinite(ratio)]
+                if len(r) and float(np.median(r)) > 5.0:
+                    out.append(Finding(kinds.OPTIMIZER, kinds.WEIGHT_DECAY_TOO_HIGH, "error",
+                                       f"weight_decay={_fmt(wd)} adds {float(np.median(r)):.3g}x the gradient's size to every step "
+                                       "and the loss does not fall", 0.8, int(wsteps[0])))
+    return out
+
+
+def detect(d: RunData, t: Thresholds, curve: LossCurve) -> list[Finding]:
+    return learning_rate(d, t, curve) + clipping(d, t) + adam_eps(d, t, curve) + weight_decay(d, t, curve)
