@@ -45,6 +45,7 @@ class Thresholds:
     # the learning rate over the run
     lr_growth_high: float = 20.0  # the rate grew this many times over the run (a warmup with no cap) ...
     lr_decay_low: float = 1e-2  # ... or fell below this fraction of its peak early in the run (a scheduler stepped too often)
+    lr_decay_dead: float = 1e-3  # ... and ends below this fraction: the rest of the run hardly moves the weights
     lr_base_low: float = 0.05  # the rate never reached this fraction of its base (initial_lr: a warmup longer than the run)
     # the optimizer's other settings
     clip_ratio_low: float = 0.01  # clipping to below this fraction of the gradient's norm (or of its largest element)

@@ -106,7 +106,7 @@ def detect(d: RunData, t: Thresholds, curve: LossCurve, trouble: bool) -> list[F
                                    f"({'a sigmoid' if unit else 'a ReLU'} on the output?), but {name}'s targets go down to "
                                    f"{min(c['target_min'] for c in calls):.3g}: the output cannot reach them", 0.9, st))
             indices = _share(calls, lambda c: c.get("target_integral") and c.get("target_min") == 0 and 3 <= (c.get("target_distinct") or 0) <= 20)
-            if indices >= 0.8 and (curve.not_decreasing or _progress(curve) < 0.5):
+            if indices >= 0.8 and _struggles(curve, 0.5):
                 k = max(c.get("target_distinct") or 0 for c in calls)
                 out.append(Finding(kinds.LOSS, kinds.LOSS_TARGET_MISMATCH, "error",
                                    f"{name} is fitted to targets that look like class indices (the integers 0..{k - 1}): a "
@@ -144,6 +144,12 @@ def _progress(curve: LossCurve) -> float:
     return 1.0 - curve.tail / curve.head
 
 
+def _struggles(curve: LossCurve, below: float) -> bool:
+    """The loss does not fall, falls by less than ``below`` of its start, or does not stay finite."""
+    p = _progress(curve)
+    return curve.not_decreasing or curve.diverging or not math.isfinite(p) or p < below
+
+
 def dropout(d: RunData, t: Thresholds, curve: LossCurve) -> list[Finding]:
     """A dropout rate that drops most units, in a module or called as F.dropout, while training struggles."""
     out: list[Finding] = []
@@ -153,8 +159,12 @@ def dropout(d: RunData, t: Thresholds, curve: LossCurve) -> list[Finding]:
         if m.type.startswith("Dropout") and isinstance(p, (int, float)):
             rates[m.name] = float(p)
     for o in d.observed("dropout"):
-        if o.data.get("training") and o.module is not None and isinstance(o.data.get("p"), (int, float)):
-            rates[o.module] = max(rates.get(o.module, 0.0), float(o.data["p"]))
+        # an F.dropout in a forward is named by the module its output feeds (where its inputs go missing)
+        # (called outside any module, in a functional model's forward: the model as a whole)
+        feeds = o.data.get("feeds")
+        where: str = feeds if isinstance(feeds, str) else (o.module if o.module is not None else "")
+        if o.data.get("training") and isinstance(o.data.get("p"), (int, float)):
+            rates[where] = max(rates.get(where, 0.0), float(o.data["p"]))
     _, mode = d.metric("training")
     for name, p in rates.items():
         if p < t.dropout_high:
@@ -163,7 +173,7 @@ def dropout(d: RunData, t: Thresholds, curve: LossCurve) -> list[Finding]:
         if i is not None and mode.size and np.isfinite(mode[:, i]).any() and not (mode[:, i][np.isfinite(mode[:, i])] == 1).any():
             continue  # never run in training mode
         # p >= 0.85 drops nearly every unit: wrong whatever the loss does; a lower high rate when training struggles
-        poor = p >= 0.85 or curve.not_decreasing or _progress(curve) < 0.8
+        poor = p >= 0.85 or _struggles(curve, 0.8)
         out.append(Finding(name, kinds.DROPOUT_TOO_HIGH, "error" if poor else "warning",
                            f"dropout p={p:g} drops {p:.0%} of the units at every training step: the layers after it see a "
                            "fraction of their inputs (a keep-probability written as a drop rate?)", min(1.0, 0.5 + p / 2),

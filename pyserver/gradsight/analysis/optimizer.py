@@ -52,6 +52,16 @@ def _ends_badly(d: RunData, curve: LossCurve) -> bool:
     return bool(smooth[-1] > 2.0 * smooth.min() and smooth[-1] > fin[: max(3, len(fin) // 10)].mean() * 0.8) or curve.diverging
 
 
+def _best_early(d: RunData) -> bool:
+    """The smoothed loss was lowest in the first half of the run."""
+    fin = d.steps["loss"][np.isfinite(d.steps["loss"])]
+    if len(fin) < 10:
+        return False
+    k = max(3, len(fin) // 10)
+    smooth = np.convolve(fin, np.ones(k) / k, mode="valid")
+    return bool(np.argmin(smooth) < 0.5 * len(smooth))
+
+
 def _groups(d: RunData) -> list[dict[str, Any]]:
     opts = d.optimizers
     groups = opts[0].get("groups", []) if opts else []
@@ -79,7 +89,12 @@ def learning_rate(d: RunData, t: Thresholds, curve: LossCurve) -> list[Finding]:
     at_peak = int(s[int(np.argmax(v))])
     jumps = v[1:] / v[:-1] if len(v) > 1 else np.ones(0)
     gradual = not len(jumps) or float(jumps.max()) < 5.0
-    if peak / first >= t.lr_growth_high and gradual and _ends_badly(d, curve):
+    # a warmup with no cap: still growing at the end, and the loss stopped improving while it grew
+    # (one that stays below the base rate the user set is a warmup longer than the run: too low, below)
+    still_growing = at_peak >= int(s[int(0.8 * (len(s) - 1))])
+    base = next((b for b in _floats(d, "initial_lr") if b > 0), None)
+    still_growing = still_growing and (base is None or peak > 2.0 * base)
+    if peak / first >= t.lr_growth_high and gradual and (_ends_badly(d, curve) or (still_growing and (_best_early(d) or _poor(curve, t)))):
         out.append(Finding(kinds.OPTIMIZER, kinds.LEARNING_RATE_TOO_HIGH, "error",
                            f"the learning rate grew {peak / first:.3g}x over the run (from {_fmt(first)} to {_fmt(peak)} at step {at_peak}), "
                            "never in one jump, and the loss ends far above its best: a warmup with no cap?", 0.9, at_peak))
@@ -94,12 +109,11 @@ def learning_rate(d: RunData, t: Thresholds, curve: LossCurve) -> list[Finding]:
         if share <= 0.5 and len(after) >= 5 and len(before):
             at_k = float(np.median(before[-3:]))
             gain = 1.0 - float(np.median(after[-max(3, len(after) // 5):])) / at_k if at_k > 0 else 0.0
-            if gain < 0.1 and _poor(curve, t):
+            if gain < 0.1 and (_poor(curve, t) or float(v[-1]) < t.lr_decay_dead * peak):
                 out.append(Finding(kinds.OPTIMIZER, kinds.LEARNING_RATE_TOO_LOW, "error",
                                    f"the learning rate fell from {_fmt(peak)} to below {_fmt(t.lr_decay_low * peak)} by step {k} "
                                    f"({share:.0%} of the run: a scheduler stepped every batch?), and the loss stopped falling there "
                                    f"({at_k:.4g} then)", 0.9, k))
-    base = next((b for b in _floats(d, "initial_lr") if b > 0), None)
     if base is not None and peak < t.lr_base_low * base and _poor(curve, t):
         out.append(Finding(kinds.OPTIMIZER, kinds.LEARNING_RATE_TOO_LOW, "error",
                            f"the learning rate never came near its base {_fmt(base)}: at most {_fmt(peak)} ({peak / base:.2g} of it) in "

@@ -262,6 +262,7 @@ class ForwardWatch:
         self.recorders: list[Any] = []  # the ActivationRecorder of each chosen model, armed or not
         self.tracking = False  # keep the stack of running modules (on measured steps, for observations)
         self.stack: list[nn.Module] = []
+        self.on_start: Callable[[nn.Module, Any], None] | None = None  # while tracking: each module call's start
 
     def install(self) -> None:
         if self._handles:
@@ -293,6 +294,8 @@ class ForwardWatch:
                 rec.note_call(module, args)
         if self.tracking:
             self.stack.append(module)
+            if self.on_start is not None:
+                self.on_start(module, args)
         self._depth += 1
         key = id(module)
         if not self._roots and key not in self._seen:  # (the first model's forward order: until it is chosen)

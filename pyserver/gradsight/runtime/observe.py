@@ -35,14 +35,17 @@ def _compiling() -> bool:
 class Observer:
     """Gathers a measured step's observations; the session writes them with the step."""
 
-    def __init__(self, current_module: Callable[[], int | None]) -> None:
+    def __init__(self, current_module: Callable[[], int | None], running_type: Callable[[], str] = lambda: "") -> None:
         self.armed = False
         self.keep_maps = False  # keep attention maps as tensors too (the first measured step, a capture)
         self.rows: list[tuple[str, int | None, dict[str, Any]]] = []  # (kind, module id, data)
         self.maps: list[tuple[int | None, torch.Tensor]] = []  # (module id, probabilities [B, H, Q, K])
         self._current = current_module
+        self._type = running_type  # the class name of the innermost module running now
         self._restore: list[Callable[[], None]] = []
         self._seen: set[tuple[str, int | None]] = set()  # one observation of a kind per module and step
+        # an F.dropout called in a forward, not by an nn.Dropout: its output, to name the module it feeds
+        self.pending: tuple[dict[str, Any], Any] | None = None
         self.failed = False
 
     # -- installation --------------------------------------------------------
@@ -71,8 +74,21 @@ class Observer:
         self.armed, self.keep_maps = not self.failed, keep_maps
         self._seen = set()
 
+    def _in_dropout_module(self) -> bool:
+        return self._type().startswith("Dropout")
+
+    def fed(self, module: int | None, args: Any) -> None:
+        """A module starts: when its input is a pending F.dropout's output, the dropout feeds it."""
+        if self.pending is None or module is None:
+            return
+        data, out = self.pending
+        if any(a is out for a in (args if isinstance(args, tuple) else (args,))):
+            data["feeds"] = module
+            self.pending = None
+
     def take(self) -> tuple[list[tuple[str, int | None, dict[str, Any]]], list[tuple[int | None, torch.Tensor]]]:
         rows, maps, self.rows, self.maps = self.rows, self.maps, [], []
+        self.pending = None
         self.armed = False
         return rows, maps
 
@@ -146,11 +162,16 @@ class Observer:
 
         @functools.wraps(original)
         def dropout(input: Any, p: float = 0.5, training: bool = True, inplace: bool = False) -> Any:
-            if not _compiling() and obs.armed:
-                module = obs._current()
-                if obs._once("dropout", module):
-                    obs.rows.append(("dropout", module, {"p": float(p), "training": bool(training)}))
-            return original(input, p, training, inplace)
+            if _compiling() or not obs.armed:
+                return original(input, p, training, inplace)
+            module = obs._current()
+            out = original(input, p, training, inplace)
+            if obs._once("dropout", module):
+                data: dict[str, Any] = {"p": float(p), "training": bool(training)}
+                obs.rows.append(("dropout", module, data))
+                if not obs._in_dropout_module():
+                    obs.pending = (data, out)
+            return out
 
         return dropout
 

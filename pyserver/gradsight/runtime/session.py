@@ -196,7 +196,8 @@ class Session:
         self._forward = ForwardWatch(self._on_root_call, self._on_output)
         self._hooks = GlobalHooks(self)
         self._hooks.install()
-        self.observer = Observer(self._current_module)
+        self.observer = Observer(self._current_module, lambda: type(self._forward.stack[-1]).__name__ if self._forward.stack else "")
+        self._forward.on_start = lambda module, args: self.observer.fed(self._index.get(id(module)), args)
         self.observer.install()
         self._maps_kept = False  # attention maps kept once (the first measured step), and again at a capture
         ACTIVE = self
@@ -663,6 +664,8 @@ class Session:
         ent: dict[int, float] = {}
         top: dict[int, float] = {}
         for kind, module, data in rows:
+            if isinstance(data.get("feeds"), int):  # (a module id: its name in the store)
+                data["feeds"] = self._name(data["feeds"])
             self.writer.put_observation(step, kind, self._name(module) if module is not None else None, data)
             if kind == "attention" and module is not None:
                 ent[module] = float(np.mean(data["entropy"]))
