@@ -9,17 +9,19 @@ import time
 from pathlib import Path
 
 USAGE_TRACE = """gradsight trace SCRIPT [ARGS...] [--output run.db [--overwrite]] [--trigger NAME[,NAME]] [--break EXPR]...
-                       [--every N] [--capture-window K] [--capture-bytes B] [--quiet]
+                       [--every N] [--capture-window K] [--capture-bytes B] [--max-steps K] [--quiet]
        gradsight trace -m MODULE [ARGS...] [options]
 
 gradsight's options may come before or after SCRIPT; everything after `--` goes to the script.
 Triggers: loss_spike, grad_explode, nan_inf, vanishing, dead_units (default: all), none, or a condition
 such as "layer('fc1').grad_norm > 50". --break EXPR pauses under a debugger, or ends the run
 (exit status 3, snapshot written) without one. An existing run store at --output is kept and the
-run gets the next free name (run-1.db) unless --overwrite; any other existing file is refused."""
+run gets the next free name (run-1.db) unless --overwrite; any other existing file is refused.
+--max-steps K ends the run after K optimizer steps (exit status 0), as `gradsight validate` re-runs do."""
 
 _VALUE_OPTIONS = {"-o": "output", "--output": "output", "--trigger": "trigger", "--break": "break",
-                  "--every": "every", "--capture-window": "capture_window", "--capture-bytes": "capture_bytes"}
+                  "--every": "every", "--capture-window": "capture_window", "--capture-bytes": "capture_bytes",
+                  "--max-steps": "max_steps"}
 _FLAG_OPTIONS = {"--quiet": "quiet", "-q": "quiet", "--overwrite": "overwrite"}
 
 
@@ -114,6 +116,7 @@ def cmd_trace(argv: list[str]) -> int:
             capture_window=_int_option(opts, "capture_window", DEFAULT_CAPTURE_WINDOW, 0),
             capture_bytes=_int_option(opts, "capture_bytes", DEFAULT_CAPTURE_BYTES, 0),
             thresholds=load(os.getcwd()),
+            max_steps=_int_option(opts, "max_steps", 0, 1) if opts.get("max_steps") else None,
         )
     except UsageError as exc:
         print(f"gradsight trace: {exc}\n\n{USAGE_TRACE}", file=sys.stderr)

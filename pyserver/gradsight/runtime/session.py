@@ -50,9 +50,10 @@ from .pause import user_frame
 from .triggers import BUILTIN, Fired, History
 from .values import global_norms, loss_of, nonfinite_counts, step_values
 from .watched import Watched, is_leaf
-from .watches import GradsightStop, Watches
+from .watches import GradsightStop, StepLimit, Watches
 
-__all__ = ["ACTIVE", "DEFAULT_CAPTURE_BYTES", "DEFAULT_CAPTURE_WINDOW", "DEFAULT_EVERY", "GradsightStop", "Session", "Settings"]
+__all__ = ["ACTIVE", "DEFAULT_CAPTURE_BYTES", "DEFAULT_CAPTURE_WINDOW", "DEFAULT_EVERY", "GradsightStop", "Session", "Settings",
+           "StepLimit"]
 
 # A sampled step (activation statistics of every module, update ratio) costs 0.25-0.6x
 # a plain step in gradsight's own time (benchmarks/step_costs.py); one step in 100 keeps
@@ -78,6 +79,7 @@ class Settings:
     # Read a step's gradient norms one step later, so the host never waits for the accelerator
     # (None: on CUDA). Triggers still report the right step; breakpoints and watches keep it off.
     defer: bool | None = None
+    max_steps: int | None = None  # end the run (exit status 0) after this many steps
 
     def validate(self) -> None:
         if self.every < 1:
@@ -905,6 +907,10 @@ class Session:
     def _run_actions(self) -> None:
         self.dist.agree_to_stop(self.watches, self.step - 1)
         self.watches.run_actions(self.step - 1, self.writer, self.store_path, self.dist.tag)
+        limit = self.settings.max_steps
+        if limit is not None and self.step >= limit and not self.dist.active:
+            self.writer.flush()
+            raise StepLimit(f"gradsight: stopped after {limit} steps (--max-steps); snapshot in {self.store_path}")
 
     def _evaluate(self, w: Watched, history: History) -> list[Fired]:
         """The built-in triggers and the user's conditions that fire at this step (and the watches)."""

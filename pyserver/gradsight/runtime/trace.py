@@ -14,7 +14,7 @@ from typing import Any
 
 from ..store import OutputError
 from . import creation
-from .session import GradsightStop, Session, Settings
+from .session import GradsightStop, Session, Settings, StepLimit
 
 STOPPED_AT_BREAK = 3  # exit status when a --break breakpoint ended the run
 
@@ -130,6 +130,11 @@ def run(target: str, args: list[str], *, module: bool, store: str, settings: Set
     except SystemExit as exc:
         status = _exit_status(exc.code)
         outcome = "finished" if status == 0 else "failed"
+    except StepLimit as exc:
+        progress.finish()
+        if not quiet:
+            print(str(exc), file=sys.stderr)
+        status, outcome = 0, "limited"
     except GradsightStop as exc:
         progress.finish()
         print(str(exc), file=sys.stderr)

@@ -24,6 +24,10 @@ class GradsightStop(BaseException):
     """
 
 
+class StepLimit(GradsightStop):
+    """Ends the run after ``--max-steps`` steps (a fix's validation re-runs the script up to the anomaly and a margin)."""
+
+
 @dataclass
 class Action:
     fired: Fired
