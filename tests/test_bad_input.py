@@ -137,15 +137,15 @@ def _code_tokens(snippet: str) -> list[str]:
 
 @pytest.mark.parametrize("evil", ['out; __import__("os").system("echo pwned")', "x\nimport os", "0.weight)\nos.system('id')#"])
 def test_a_crafted_module_name_never_reaches_fix_code(good_store: Path, tmp_path: Path, evil: str) -> None:
-    """Names in a store are anyone's writing: every fix of the library, filled with a crafted module name, holds
-    it only as a string literal; and diagnose on a store with such a name inserts nothing of it as code."""
-    from gradsight.fixes import ScriptNames, library, render
+    """Names in a store are anyone's writing: a module path reaches fix code only through module_ref, which
+    turns anything but plain identifiers and indices into a string literal; and diagnose on a store with such
+    a name inserts nothing of it as code."""
+    from gradsight.fixes import module_ref
 
-    names = ScriptNames(lines={})
-    for fix in library():
-        item = render(fix, evil, names, [], "train.py", ("train.py", 3), (1e-3, 1e-3), "Linear")
-        code = " ".join(_code_tokens(item["snippet"]))
-        assert "__import__" not in code and "system" not in code and "import os" not in code, (fix.id, item["snippet"])
+    ref = module_ref("model", evil)
+    assert ref == f"model.get_submodule({evil!r})"
+    code = " ".join(_code_tokens(ref))
+    assert "__import__" not in code and "system" not in code and "import os" not in code, ref
     path = _damaged(good_store, tmp_path, "UPDATE modules SET name = ? WHERE name = 'out';".replace("?", "'" + evil.replace("'", "''") + "'"),
                     "crafted")
     proc = run_gradsight("diagnose", str(path), "--json")

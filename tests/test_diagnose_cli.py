@@ -94,7 +94,7 @@ def test_bad_stores_get_clear_messages(tmp_path: Path) -> None:
 
 def test_fix_library_covers_every_kind() -> None:
     fixes = library()
-    assert len(fixes) >= 30
+    assert len(fixes) >= 60
     assert {k for f in fixes for k in f.kinds} >= KINDS
     assert len({f.id for f in fixes}) == len(fixes)
 

@@ -1,4 +1,4 @@
-"""The command line: ``gradsight demo | trace | diagnose``."""
+"""The command line: ``gradsight demo | trace | diagnose | validate | serve``."""
 
 from __future__ import annotations
 
@@ -139,6 +139,7 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
     from .analysis.diagnose import analyse_run, build
     from .analysis.ranks import diagnose_ranks, siblings
     from .analysis.summary import text
+    from .fixes import attach
     from .store import StoreError, check_replaceable
     from .thresholds import ThresholdError
     from .thresholds import load as load_thresholds
@@ -156,10 +157,12 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
             diagnosis = diagnose_ranks(ranks, thresholds)
             lead = (diagnosis.get("root_cause") or {}).get("rank", ranks[0][0])
             data = load(dict(ranks).get(lead, args.store))
+            findings, cause = analyse_run(data, thresholds)
         else:
             data = load(args.store)
             findings, cause = analyse_run(data, thresholds)
             diagnosis = build(data, findings, cause)
+        attach(diagnosis, data, findings, cause)
     except (StoreError, ThresholdError) as exc:
         print(f"gradsight diagnose: {exc}", file=sys.stderr)
         return 2
@@ -208,12 +211,17 @@ def _main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "trace":
         return cmd_trace(argv[1:])
+    if argv and argv[0] == "validate":
+        from .fixes.validate import main as validate_main
+
+        return validate_main(argv[1:])
     parser = argparse.ArgumentParser(prog="gradsight", description="Debug PyTorch training: catch, trace and explain anomalies.")
     parser.add_argument("--version", action="version", version=f"gradsight {__import__('gradsight').__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="{demo,trace,diagnose,serve}")
+    sub = parser.add_subparsers(dest="command", metavar="{demo,trace,diagnose,validate,serve}")
     demo = sub.add_parser("demo", help="train a small transformer with a real fault, catch and explain it")
     demo.add_argument("--out", default="gradsight-demo", help="folder for snapshot.db and the reports (default: ./gradsight-demo)")
     sub.add_parser("trace", help="run an unchanged training script instrumented (see `gradsight trace --help`)")
+    sub.add_parser("validate", help="re-run the script with each candidate fix and say whether it removed the fault (see `gradsight validate --help`)")
     diag = sub.add_parser("diagnose", help="health, anomaly, root cause and fixes of a run store")
     diag.add_argument("store", help="a run store written by gradsight trace / watch")
     diag.add_argument("--json", action="store_true", help="print the gradsight.diagnosis/1 JSON object")

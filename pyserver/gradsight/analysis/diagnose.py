@@ -1,4 +1,5 @@
-"""The diagnosis of a run: health per module and for the model, the anomaly, the root cause, the fixes.
+"""The diagnosis of a run: health per module and for the model, the anomaly, the root cause (fixes are chosen by
+``gradsight.fixes``, which reads this).
 
 Health (0-100). A module starts at 100 and loses, for each issue found on it,
 ``35 + 45 s`` for an error, ``10 + 20 s`` for a warning and ``2 + 3 s`` for an
@@ -17,7 +18,6 @@ import numpy as np
 
 from .. import kinds
 from .. import thresholds as th
-from ..fixes import suggest
 from . import attention, lossfit, optimizer, reach
 from .data import RunData, load
 from .findings import OUTSIDE, Detector, Finding, merge
@@ -88,8 +88,6 @@ def build(data: RunData, findings: list[Finding], cause: RootCause | None, scrip
     model = (0.5 * min(scores) + 0.5 * float(np.mean(scores))) if scores else 100.0
     model -= sum(penalty(f) for f in outside if f.severity != "info")
     anomaly = _anomaly(data, cause)
-    script = script or data.run.get("script")
-    fixes = suggest(cause, findings, data, script if script and os.path.isfile(str(script)) else None)
     reported = {f.kind for f in findings}
     return {
         "schema": SCHEMA,
@@ -99,7 +97,7 @@ def build(data: RunData, findings: list[Finding], cause: RootCause | None, scrip
         "root_cause": None if cause is None else {
             "module": cause.module, "kind": cause.kind, "confidence": cause.confidence, "path": cause.path,
         },
-        "fixes": fixes,
+        "fixes": [],  # filled by gradsight.fixes.attach (fixes read a diagnosis; the analysis does not know them)
         # beyond the contract: what the terminal summary, reports and editor show
         "evidence": None if cause is None else cause.evidence,
         "findings": [{"module": f.module, "kind": f.kind, "severity": f.severity, "evidence": f.evidence, "step": f.step}

@@ -11,6 +11,7 @@ import torch
 
 from ..analysis.data import RunData, load
 from ..analysis.diagnose import analyse_run, build
+from ..fixes import attach
 from ..runtime.session import Session
 from ..store import OutputError, check_replaceable, prepare_output
 from ..thresholds import Thresholds
@@ -56,7 +57,7 @@ def run_demo(out: Path) -> int:
     print(f"gradsight demo: {len(losses)} steps in {trained:.1f} s; diagnosing", file=sys.stderr)
     data = load(str(store))
     findings, cause = analyse_run(data, Thresholds())
-    diagnosis = build(data, findings, cause, script=demo_model.__file__)
+    diagnosis = attach(build(data, findings, cause), data, findings, cause, script=demo_model.__file__)
     anomaly = diagnosis["anomaly"]
     (out / "heatmap.png").write_bytes(pictures.heatmap(data, anomaly_step=anomaly["step"] if anomaly else None,
                                                        capture=_capture(data, anomaly)))

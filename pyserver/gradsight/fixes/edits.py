@@ -42,9 +42,11 @@ class Patch:
         self.file = file
         self.tag = tag  # the fix's id, in a comment above what it inserts
         self.edits: list[Edit] = []
+        self._nodes: list[tuple[ast.AST, str]] = []
 
     def _block(self, indent: str, code: str, note: str = "") -> str:
         body = textwrap.dedent(code).strip("\n").splitlines()
+        note = " ".join(note.split())  # one comment line, whatever the note holds
         head = [f"# gradsight fix '{self.tag}'" + (f": {note}" if note else "")]
         return "".join(indent + ln + "\n" if ln else "\n" for ln in head + body)
 
@@ -60,13 +62,46 @@ class Patch:
         self.insert_before(first, code, note)
 
     def replace_node(self, node: ast.AST, text: str) -> None:
-        """Replace an expression's source by ``text`` (the lines around it are kept)."""
+        """Replace an expression's source by ``text`` (the rest of its lines is kept); several replacements
+        on the same lines are merged into one edit by :meth:`finish`."""
+        self._nodes.append((node, text))
+
+    def pending(self) -> bool:
+        return bool(self.edits or self._nodes)
+
+    def finish(self) -> list[Edit]:
+        """The patch's edits: line edits, and node replacements merged per run of lines they touch."""
         lines = self.s.lines
-        start, end = node.lineno, node.end_lineno or node.lineno  # type: ignore[attr-defined]
-        first, last = lines[start - 1], lines[end - 1]
-        head = first[: _col(first, node.col_offset)]  # type: ignore[attr-defined]
-        tail = last[_col(last, node.end_col_offset or 0):]  # type: ignore[attr-defined]
-        self.edits.append(Edit(self.file, start, end + 1, head + text + tail + "\n"))
+        spans = sorted(((n.lineno, n.end_lineno or n.lineno, n.col_offset, n.end_col_offset or 0, t)  # type: ignore[attr-defined]
+                        for n, t in self._nodes), key=lambda x: (x[0], x[2]))
+        groups: list[list[tuple[int, int, int, int, str]]] = []
+        for sp in spans:
+            if groups and sp[0] <= max(g[1] for g in groups[-1]):
+                groups[-1].append(sp)
+            else:
+                groups.append([sp])
+        out = list(self.edits)
+        for g in groups:
+            first, last = g[0][0], max(x[1] for x in g)
+            starts = [0]
+            for ln in lines[first - 1: last - 1]:
+                starts.append(starts[-1] + len(ln) + 1)
+            text = "\n".join(lines[first - 1: last])
+
+            prev_end = -1
+            cuts = []
+            for a, b, ca, cb, t in g:
+                lo = starts[a - first] + _col(lines[a - 1], ca)
+                hi = starts[b - first] + _col(lines[b - 1], cb)
+                if lo < prev_end:
+                    raise NoPlace(f"two changes overlap at line {a}")
+                prev_end = hi
+                cuts.append((lo, hi, t))
+            for lo, hi, t in reversed(cuts):
+                text = text[:lo] + t + text[hi:]
+            pad = lines[first - 1][: len(lines[first - 1]) - len(lines[first - 1].lstrip())]
+            out.append(Edit(self.file, first, last + 1, f"{pad}# gradsight fix '{self.tag}'\n{text}\n"))
+        return out
 
     def replace_stmt(self, stmt: ast.stmt, code: str, note: str = "") -> None:
         self.edits.append(Edit(self.file, stmt.lineno, (stmt.end_lineno or stmt.lineno) + 1, self._block(self.s.indent(stmt), code, note)))

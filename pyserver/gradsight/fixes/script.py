@@ -63,6 +63,29 @@ class Scheduler:
     stmt: ast.stmt
 
 
+ADAPTIVE = {"Adam", "AdamW", "RMSprop", "Adagrad", "Adadelta", "Adamax", "NAdam", "RAdam", "SparseAdam", "Adafactor"}
+LOW_PRECISION = {"bfloat16", "float16", "half"}
+INPLACE_INIT = {"mul_", "div_", "fill_", "zero_", "copy_", "normal_", "uniform_", "add_", "constant_", "zeros_", "ones_", "normal",
+                "uniform", "xavier_uniform_", "xavier_normal_", "kaiming_uniform_", "kaiming_normal_", "orthogonal_", "trunc_normal_",
+                "eye_", "sparse_", "clamp_"}
+MASK_KWARGS = ("key_padding_mask", "attn_mask", "attention_mask", "mask", "src_key_padding_mask", "src_mask", "tgt_mask")
+
+
+def _is_number(node: ast.AST) -> bool:
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        node = node.operand
+    return isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool)
+
+
+def number(node: ast.AST | None) -> float | None:
+    if node is None or not _is_number(node):
+        return None
+    if isinstance(node, ast.UnaryOp):
+        v = number(node.operand)
+        return -v if v is not None and isinstance(node.op, ast.USub) else v
+    return float(node.value)  # type: ignore[attr-defined]
+
+
 class Script:
     """A parsed script and the facts fixes need; ``ok`` is False when it does not parse (no fix is placed)."""
 
@@ -256,6 +279,307 @@ class Script:
         for node in self.tree.body:
             names |= _binds(node)
         return names
+
+    def _loop_nodes(self) -> list[ast.AST]:
+        return list(ast.walk(self.loop)) if self.loop is not None else []
+
+    def model_var(self, model_class: str = "") -> str | None:
+        """The model's variable: the X of ``X.parameters()`` given to the optimizer, else the variable
+        assigned from a call of the model's class (or ``from_pretrained``)."""
+        if self.model:
+            return self.model
+        for node in ast.walk(self.tree):
+            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.value, ast.Call):
+                name = short(node.value.func)
+                if name and (name == model_class or name in ("from_pretrained", "from_config")):
+                    var = dotted(node.targets[0])
+                    if var:
+                        return var
+        return None
+
+    def block_of(self, stmt: ast.stmt) -> list[ast.stmt] | None:
+        parent = self.parent.get(stmt)
+        for name in ("body", "orelse", "finalbody"):
+            block = getattr(parent, name, None)
+            if isinstance(block, list) and stmt in block:
+                return block
+        return None
+
+    def lr_assignments_in_loop(self) -> list[ast.stmt]:
+        out: list[ast.stmt] = []
+        for n in self._loop_nodes():
+            targets = n.targets if isinstance(n, ast.Assign) else [n.target] if isinstance(n, ast.AugAssign) else []
+            for t in targets:
+                if isinstance(t, ast.Subscript) and isinstance(t.slice, ast.Constant) and t.slice.value == "lr":
+                    out.append(n)  # type: ignore[arg-type]
+        return out
+
+    def scheduler_step_calls(self) -> list[tuple[Scheduler, ast.Call]]:
+        return [(s, c) for s in self.schedulers for c in self.method_calls(s.var, "step")]
+
+    def epoch_scheduler_steps_per_batch(self) -> list[tuple[Scheduler, ast.Call]]:
+        inner, outer = self.inner_loop, self.loop
+        if inner is None or outer is None or inner is outer:
+            return []
+        return [(s, c) for s, c in self.scheduler_step_calls() if s.ctor in EPOCH_SCHEDULERS and self.inside(c, inner)]
+
+    def lr_nodes(self) -> list[tuple[ast.Call, ast.AST | None, str]]:
+        """Where the script sets the learning rate: (call, the value's node or None when absent, keyword).
+        The optimizer's lr (keyword or second positional), "lr" of its param-group dicts, a cyclic scheduler's
+        max_lr / base_lr, TrainingArguments' learning_rate."""
+        out: list[tuple[ast.Call, ast.AST | None, str]] = []
+        opt = self.optimizer
+        if opt is not None:
+            k = kwarg(opt.call, "lr")
+            groups = [d for a in opt.call.args for d in ast.walk(a) if isinstance(d, ast.Dict)]
+            for d in groups:
+                for key, value in zip(d.keys, d.values):
+                    if isinstance(key, ast.Constant) and key.value == "lr":
+                        out.append((opt.call, value, "lr"))
+            if k is not None:
+                out.append((opt.call, k.value, "lr"))
+            elif len(opt.call.args) >= 2 and opt.ctor != "LBFGS":
+                out.append((opt.call, opt.call.args[1], "lr"))
+            elif not any(o[0] is opt.call for o in out):
+                out.append((opt.call, None, "lr"))
+        for s in self.schedulers:
+            for name in ("max_lr",):
+                k = kwarg(s.call, name)
+                if k is not None:
+                    out.append((s.call, k.value, name))
+        for c in self.calls_named("TrainingArguments"):
+            k = kwarg(c, "learning_rate")
+            if k is not None:
+                out.append((c, k.value, "learning_rate"))
+        return out
+
+    def l2_penalty_terms(self) -> list[ast.AST]:
+        """The coefficient of an explicit weight penalty added to the loss in the loop (``lam * sum(p.pow(2) ...)``)."""
+        out: list[ast.AST] = []
+        for n in self._loop_nodes():
+            if isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mult):
+                for coef, term in ((n.left, n.right), (n.right, n.left)):
+                    text = ast.unparse(term)
+                    if (_is_number(coef) or isinstance(coef, (ast.Name, ast.Attribute))) and "parameters()" in text and (
+                            "pow(2)" in text or "** 2" in text or "norm(" in text or "square" in text):
+                        out.append(coef)
+        return out
+
+    def zero_grad_calls_in_loop(self) -> list[ast.Call]:
+        loop = self.loop
+        return [c for c in self.calls_named("zero_grad") if loop is not None and self.inside(c, loop)]
+
+    def _backward_stmt(self) -> ast.stmt | None:
+        inside = [b for b in self.backward_calls if self.loop is not None and self.inside(b, self.loop)]
+        return self.stmt_of(inside[0]) if inside else None
+
+    def _step_stmts(self) -> list[ast.stmt]:
+        opt = self.optimizer
+        return [self.stmt_of(c) for c in self.step_calls(opt.var)] if opt is not None else []
+
+    def zero_grad_between_backward_and_step(self) -> bool:
+        b = self._backward_stmt()
+        if b is None:
+            return False
+        steps = self._step_stmts()
+        for z in self.zero_grad_calls_in_loop():
+            zs = self.stmt_of(z)
+            if zs.lineno > b.lineno and any(s.lineno > zs.lineno and self.loop is not None and self.inside(s, self.loop) for s in steps):
+                return True
+        return False
+
+    def step_before_backward(self) -> ast.stmt | None:
+        b = self._backward_stmt()
+        if b is None:
+            return None
+        block = self.block_of(b) or []
+        steps = [s for s in self._step_stmts() if s in block]
+        if steps and all(s.lineno < b.lineno for s in steps):
+            return steps[0]
+        return None
+
+    def backward_divided(self) -> bool:
+        for b in self.backward_calls:
+            owner = b.func.value if isinstance(b.func, ast.Attribute) else None
+            if isinstance(owner, ast.BinOp) and isinstance(owner.op, ast.Div):
+                return True
+            if owner is not None and isinstance(owner, ast.Call) and short(owner.func) == "scale":
+                owner = owner.args[0] if owner.args else owner
+            name = dotted(owner)
+            for stmt in self.assignments_to(name) if name else []:
+                value = getattr(stmt, "value", None)
+                if isinstance(stmt, ast.AugAssign) and isinstance(stmt.op, ast.Div) or isinstance(value, ast.BinOp) and isinstance(value.op, ast.Div):
+                    return True
+        return False
+
+    def _in_forward_path(self, node: ast.AST) -> bool:
+        """In a forward method, or in the training loop before its backward()."""
+        fn = self.function_of(node)
+        if fn is not None and fn.name == "forward" and self.class_of(fn) is not None:
+            return True
+        b = self._backward_stmt()
+        return self.loop is not None and self.inside(node, self.loop) and b is not None and node.lineno <= b.lineno  # type: ignore[attr-defined]
+
+    def detach_calls(self) -> list[ast.Call]:
+        out = []
+        for c in self.calls_named("detach", "detach_"):
+            if not (isinstance(c.func, ast.Attribute) and self._in_forward_path(c)):
+                continue
+            up = self.parent.get(c)
+            if isinstance(up, ast.Attribute) and up.attr in ("item", "cpu", "numpy", "tolist"):
+                continue  # a value read out for logging
+            out.append(c)
+        return out
+
+    def no_grad_blocks(self) -> list[ast.With]:
+        out = []
+        for n in ast.walk(self.tree):
+            if isinstance(n, ast.With) and any(short(i.context_expr.func if isinstance(i.context_expr, ast.Call) else i.context_expr)
+                                               in ("no_grad", "inference_mode") for i in n.items):
+                if self._in_forward_path(n) and any(isinstance(x, ast.Call) and short(x.func) not in ("print", "append") for x in ast.walk(n)):
+                    out.append(n)
+        return out
+
+    def freeze_statements(self) -> list[ast.stmt]:
+        out: list[ast.stmt] = []
+        for n in ast.walk(self.tree):
+            hit = False
+            if isinstance(n, ast.Assign) and any(isinstance(t, ast.Attribute) and t.attr == "requires_grad" for t in n.targets):
+                hit = number(n.value) == 0 or isinstance(n.value, ast.Constant) and n.value.value is False
+            elif isinstance(n, ast.Expr) and isinstance(n.value, ast.Call) and short(n.value.func) == "requires_grad_":
+                a = n.value.args[0] if n.value.args else (kwarg(n.value, "requires_grad").value if kwarg(n.value, "requires_grad") else None)  # type: ignore[union-attr]
+                hit = isinstance(a, ast.Constant) and a.value in (False, 0)
+            if hit:
+                stmt: ast.stmt = n  # type: ignore[assignment]
+                up = self.parent.get(stmt)
+                while isinstance(up, (ast.For, ast.If)) and len(up.body) == 1 and not up.orelse:
+                    stmt, up = up, self.parent.get(up)
+                out.append(stmt)
+        return sorted(out, key=lambda s: s.lineno)
+
+    def model_reassigned_after_optimizer(self) -> ast.stmt | None:
+        opt, m = self.optimizer, self.model
+        if opt is None or not m:
+            return None
+        fn = self.function_of(opt.stmt)
+        for stmt in self.assignments_to(m) + [s for s in ast.walk(self.tree) if isinstance(s, ast.Assign) and any(
+                isinstance(t, ast.Attribute) and dotted(t.value) == m for t in s.targets)]:
+            if stmt.lineno > opt.stmt.lineno and self.function_of(stmt) is fn and (self.loop is None or stmt.lineno < self.loop.lineno):
+                return stmt
+        return None
+
+    def eval_calls(self) -> list[ast.Call]:
+        return [c for c in self.calls_named("eval") if isinstance(c.func, ast.Attribute) and not c.args]
+
+    def model_casts(self) -> list[ast.Call]:
+        """``model.to(torch.bfloat16)``, ``model.half()``, ``Net().bfloat16()``: weights kept in low precision."""
+        m = self.model
+        out = []
+        for c in self.calls:
+            if not isinstance(c.func, ast.Attribute):
+                continue
+            recv = c.func.value
+            is_model = dotted(recv) == m or (isinstance(recv, ast.Call) and short(recv.func)[:1].isupper())
+            if not is_model:
+                continue
+            if c.func.attr in ("bfloat16", "half") and not c.args:
+                out.append(c)
+            elif c.func.attr == "to" and any(short(a) in LOW_PRECISION for a in list(c.args) + [k.value for k in c.keywords if k.arg == "dtype"]):
+                out.append(c)
+        return out
+
+    def sum_reductions(self) -> list[ast.AST]:
+        out: list[ast.AST] = []
+        for c in self.calls:
+            if short(c.func) in LOSSES:
+                k = kwarg(c, "reduction")
+                if k is not None and isinstance(k.value, ast.Constant) and k.value.value == "sum":
+                    out.append(k.value)
+        return out
+
+    def unguarded_logs(self) -> list[ast.Call]:
+        out = []
+        for c in self.calls_named("log", "log2", "log10"):
+            if dotted(c.func).startswith("math") or not self._in_forward_path(c):
+                continue
+            arg = c.args[0] if c.args else c.func.value if isinstance(c.func, ast.Attribute) else None
+            text = ast.unparse(arg) if arg is not None else ""
+            if "clamp" in text or "+" in text or "eps" in text:
+                continue
+            out.append(c)
+        return out
+
+    def std_divisions(self) -> list[ast.BinOp]:
+        out = []
+        for n in ast.walk(self.tree):
+            if isinstance(n, ast.BinOp) and isinstance(n.op, ast.Div):
+                right = n.right
+                if isinstance(right, ast.Call) and short(right.func) in ("std", "var", "norm"):
+                    out.append(n)
+                elif isinstance(right, (ast.Name, ast.Attribute)) and "std" in dotted(right).lower():
+                    out.append(n)
+        return out
+
+    def forward_calls_in_loop(self, model_class: str = "") -> list[ast.Call]:
+        m = self.model_var(model_class)
+        loop = self.loop
+        if not m or loop is None:
+            return []
+        b = self._backward_stmt()
+        return [c for c in self.calls if dotted(c.func) == m and self.inside(c, loop) and (b is None or c.lineno <= b.lineno) and (c.args or c.keywords)]
+
+    def lone_permutations(self) -> list[ast.stmt]:
+        """Statements that reorder one tensor alone (``y = y[torch.randperm(n)]``, ``random.shuffle(labels)``): labels
+        shuffled apart from their inputs."""
+        perms = {dotted(s.targets[0]) for s in ast.walk(self.tree) if isinstance(s, ast.Assign) and len(s.targets) == 1
+                 and isinstance(s.value, ast.Call) and short(s.value.func) in ("randperm", "permutation")}
+        uses: dict[str, int] = {}
+        for n in ast.walk(self.tree):
+            if isinstance(n, ast.Subscript) and dotted(n.slice) in perms:
+                uses[dotted(n.slice)] = uses.get(dotted(n.slice), 0) + 1
+        out: list[ast.stmt] = []
+        for s in ast.walk(self.tree):
+            if isinstance(s, ast.Assign) and len(s.targets) == 1 and isinstance(s.value, ast.Subscript):
+                same = dotted(s.value.value) == dotted(s.targets[0]) and dotted(s.targets[0])
+                idx = s.value.slice
+                if same and ((isinstance(idx, ast.Call) and short(idx.func) in ("randperm", "permutation"))
+                             or (dotted(idx) in perms and uses.get(dotted(idx), 0) == 1)):
+                    out.append(s)
+            elif isinstance(s, ast.Expr) and isinstance(s.value, ast.Call) and short(s.value.func) == "shuffle" and len(s.value.args) == 1:
+                out.append(s)
+        return out
+
+    def attention_scores(self) -> list[tuple[ast.AST, ast.AST]]:
+        """(the score expression, its q @ k^T matmul) in forward methods: ``q @ k.transpose(-2, -1) * scale``."""
+        out: list[tuple[ast.AST, ast.AST]] = []
+        for fn in self.forward_methods():
+            for n in ast.walk(fn):
+                mm: ast.AST | None = None
+                if isinstance(n, ast.BinOp) and isinstance(n.op, ast.MatMult):
+                    mm = n
+                elif isinstance(n, ast.Call) and short(n.func) in ("matmul", "bmm", "einsum"):
+                    mm = n
+                if mm is None or not any(isinstance(x, (ast.Attribute, ast.Call)) and short(x) in ("transpose", "mT", "T", "permute")
+                                         or isinstance(x, ast.Call) and short(x.func) in ("transpose", "permute")
+                                         or isinstance(x, ast.Constant) and isinstance(x.value, str) and "->" in x.value
+                                         for x in ast.walk(mm)):
+                    continue
+                up = self.parent.get(mm)
+                if isinstance(up, ast.BinOp) and isinstance(up.op, (ast.Mult, ast.Div)):
+                    out.append((up, mm))
+                else:
+                    out.append((mm, mm))
+        return out
+
+    def mask_arguments(self) -> list[ast.AST]:
+        out: list[ast.AST] = []
+        for c in self.calls:
+            for k in c.keywords:
+                if k.arg in MASK_KWARGS and not (isinstance(k.value, ast.Constant) and k.value.value is None):
+                    out.append(k.value)
+            if short(c.func) == "masked_fill" and c.args:
+                out.append(c.args[0])
+        return out
 
 
 def _binds(node: ast.AST) -> set[str]:

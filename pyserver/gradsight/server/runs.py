@@ -16,6 +16,7 @@ from ..analysis.data import RunData, load
 from ..analysis.diagnose import analyse_run, build, thresholds_for
 from ..analysis.findings import Finding
 from ..analysis.rootcause import RootCause
+from ..fixes import attach
 from ..store import Event, RunStore, StoreError, TensorInfo
 
 DEFAULT_RUNS_FOLDER = ".gradsight/runs"
@@ -122,7 +123,7 @@ def build_view(path: str, thresholds: th.Thresholds | None = None, overrides: di
             return RunView(path, None, None, error=str(exc), built=time.time())
     try:
         findings, cause = analyse_run(data, t)
-        diagnosis = build(data, findings, cause)
+        diagnosis = attach(build(data, findings, cause), data, findings, cause)
     except Exception as exc:  # a store that reads but holds values no run writes: one message, the server goes on
         return RunView(path, None, None, error=f"{path}: could not be analysed ({type(exc).__name__}: {exc}); the store may be damaged",
                        built=time.time())

@@ -1,7 +1,7 @@
 """The run store: schema, background writer and reader (sqlite3 and numpy only)."""
 
 from .paths import OutputError, check_replaceable, is_store, prepare_output, ro_uri
-from .reader import DamagedStore, Event, ModuleInfo, Observation, RunStore, TensorInfo, add_watch
+from .reader import DamagedStore, Event, ModuleInfo, Observation, RunStore, TensorInfo, add_validation, add_watch, validations
 from .rows import ModuleRow, ParamRow, StepRow
 from .schema import EVENT_BREAKPOINT, EVENT_ORIGIN, EVENT_SKIPPED, EVENT_TRIGGER, EVENT_WARNING, SCHEMA_NAME, SCHEMA_VERSION, StoreError
 from .writer import StoreWriter
@@ -30,5 +30,7 @@ __all__ = [
     "StoreError",
     "StoreWriter",
     "TensorInfo",
+    "add_validation",
     "add_watch",
+    "validations",
 ]

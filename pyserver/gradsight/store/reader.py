@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from .paths import SQLITE_HEADER, ro_uri
-from .schema import StoreError, check_version
+from .schema import VALIDATIONS, StoreError, check_version
 
 PER_PARAMETER = frozenset({"param_grad_norm"})  # metric kinds over parameters, not modules
 PER_MODEL = frozenset({"input_stats"})  # metric kinds of a model as a whole
@@ -326,6 +326,42 @@ def add_watch(path: str | os.PathLike[str], condition: str, *, module: str | Non
         return int(cur.lastrowid or 0)
     finally:
         conn.close()
+
+
+def add_validation(path: str | os.PathLike[str], fix: str, verdict: str, summary: str, effect: str, details: dict[str, Any]) -> None:
+    """Record a fix's validation verdict (``gradsight validate``) in the store it was validated against."""
+    RunStore(path).close()  # validates the file
+    conn = sqlite3.connect(path)
+    try:
+        conn.execute("PRAGMA busy_timeout=5000")
+        with conn:
+            conn.execute(VALIDATIONS)  # stores written before validations existed
+            conn.execute("INSERT OR REPLACE INTO validations (fix, verdict, summary, effect, details, created) VALUES (?,?,?,?,?,?)",
+                         (fix, verdict, summary, effect, json.dumps(details), time.time()))
+    finally:
+        conn.close()
+
+
+def validations(path: str | os.PathLike[str]) -> dict[str, dict[str, Any]]:
+    """The stored verdicts by fix id ({} for a store with none)."""
+    try:
+        conn = sqlite3.connect(ro_uri(path), uri=True, timeout=1.0)
+    except sqlite3.Error:
+        return {}
+    try:
+        rows = conn.execute("SELECT fix, verdict, summary, effect, details, created FROM validations").fetchall()
+    except sqlite3.Error:
+        return {}
+    finally:
+        conn.close()
+    out: dict[str, dict[str, Any]] = {}
+    for fix, verdict, summary, effect, details, created in rows:
+        try:
+            extra = json.loads(details) if details else {}
+        except (ValueError, TypeError):
+            extra = {}
+        out[str(fix)] = {"verdict": str(verdict), "summary": str(summary), "effect": str(effect or ""), "details": extra, "time": created}
+    return out
 
 
 def signature(path: str | os.PathLike[str]) -> tuple[Any, ...] | None:

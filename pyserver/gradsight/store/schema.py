@@ -80,7 +80,13 @@ CREATE TABLE IF NOT EXISTS watches (
     id INTEGER PRIMARY KEY, condition TEXT NOT NULL, module TEXT, file TEXT, line INTEGER,
     enabled INTEGER NOT NULL DEFAULT 1, created REAL, origin TEXT
 );
+CREATE TABLE IF NOT EXISTS validations (  -- gradsight validate: each fix's re-run and its verdict
+    fix TEXT PRIMARY KEY, verdict TEXT NOT NULL, summary TEXT NOT NULL, effect TEXT, details TEXT, created REAL
+);
 """
+VALIDATIONS = """CREATE TABLE IF NOT EXISTS validations (
+    fix TEXT PRIMARY KEY, verdict TEXT NOT NULL, summary TEXT NOT NULL, effect TEXT, details TEXT, created REAL
+)"""
 
 # Event kinds.
 EVENT_TRIGGER = "trigger"

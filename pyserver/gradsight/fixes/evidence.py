@@ -1,0 +1,566 @@
+"""What a fix may assume: facts of the run (its records) and of the script (its code), and the named
+premises the library's fixes declare in ``needs``. A fix is offered only when every premise it needs holds.
+
+Premises read records, never the names in a diagnosis's evidence text: a fix for a learning-rate jump
+needs a jump in the lr column, a fix that removes a softmax needs a softmax in the code that feeds the loss.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+
+from .. import kinds
+from ..analysis.data import RunData
+from ..analysis.findings import Finding
+from ..analysis.rootcause import RootCause
+from . import sites
+from .script import ADAPTIVE, BINARY_LOSSES, CLASSIFICATION_LOSSES, REGRESSION_LOSSES, Script
+
+
+def _finite(a: np.ndarray) -> np.ndarray:
+    a = np.asarray(a, dtype=np.float64)
+    return a[np.isfinite(a)]
+
+
+@dataclass
+class Target:
+    """What a fix is for: a finding's kind at a module (or at loss / optimizer / input)."""
+
+    kind: str
+    module: str
+    evidence: str = ""
+    step: int | None = None
+
+
+@dataclass
+class Context:
+    target: Target
+    data: RunData
+    script: Script
+    findings: list[Finding] = field(default_factory=list)
+    cause: RootCause | None = None
+
+    # -- the run -----------------------------------------------------------------------
+    @cached_property
+    def lr(self) -> np.ndarray:
+        return _finite(self.data.steps["lr"])
+
+    @cached_property
+    def groups(self) -> list[dict[str, Any]]:
+        opts = self.data.optimizers
+        return [g for g in opts[0].get("groups", []) if isinstance(g, dict)] if opts else []
+
+    @property
+    def optimizer_type(self) -> str:
+        return str(self.data.run.get("optimizer") or "")
+
+    def hyper(self, name: str) -> float | None:
+        """A hyperparameter of the primary optimizer's first group, as the run recorded it."""
+        for g in self.groups:
+            v = g.get(name)
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                return float(v)
+            if isinstance(v, (list, tuple)) and v and all(isinstance(x, (int, float)) for x in v):
+                return float(v[-1]) if name == "betas" else float(v[0])
+        return None
+
+    @cached_property
+    def initial_lr(self) -> float | None:
+        v = self.hyper("initial_lr")
+        if v is None and len(self.lr):
+            v = float(self.lr[0])
+        return v
+
+    @cached_property
+    def update_ratio(self) -> float | None:
+        """The typical update ratio (|update| / |weights|) of the layers over the run's first measured steps:
+        what the learning rate does before a fault's consequences take over."""
+        steps, mat = self.data.metric("update_ratio")
+        if not mat.size:
+            return None
+        own = self.data.own_layers()
+        rows = np.asarray(mat[: max(3, len(steps) // 4)][:, own] if own else mat[:3], dtype=np.float64)
+        ok = rows[np.isfinite(rows) & (rows > 0)]
+        return float(np.median(ok)) if ok.size else None
+
+    @cached_property
+    def grad_norms(self) -> np.ndarray:
+        return _finite(self.data.steps["grad_norm"])
+
+    def column(self, name: str) -> np.ndarray:
+        col = self.data.steps.get(name)
+        return _finite(col) if col is not None else np.zeros(0)
+
+    @cached_property
+    def loss_calls(self) -> list[dict[str, Any]]:
+        return [o.data for o in self.data.observed("loss")]
+
+    def loss_is(self, names: set[str]) -> bool:
+        seen = {str(c.get("loss", "")) for c in self.loss_calls} | {str(self.data.run.get("loss_module") or "")}
+        seen |= {self.script.loss_name(c) for c in self.script.loss_calls()}
+        return bool(seen & names)
+
+    @cached_property
+    def inputs(self) -> np.ndarray:
+        """Rows of (min, max, mean, std, non-finite) of the model's input at measured steps."""
+        return np.asarray(self.data.input_stats[1], dtype=np.float64)
+
+    @property
+    def first_module(self) -> str:
+        ranked = sorted((m for m in self.data.modules if m.forward_order is not None and m.own_params), key=lambda m: m.forward_order or 0)
+        return ranked[0].type if ranked else ""
+
+    def module_type(self, name: str) -> str | None:
+        i = self.data.index.get(name)
+        return self.data.modules[i].type if i is not None else None
+
+    def module_in_script(self, name: str) -> bool:
+        """The module is created by a line of this script (not inside an installed library)."""
+        i = self.data.index.get(name)
+        if i is None or not self.script.path:
+            return False
+        m = self.data.modules[i]
+        return bool(m.file and m.line and _same(m.file, self.script.path))
+
+    def params(self, **want: int) -> list[dict[str, Any]]:
+        return [p for p in self.data.params if all(p.get(k) == v for k, v in want.items())]
+
+    def series(self, kind: str, module: str) -> np.ndarray:
+        if module not in self.data.index:
+            return np.zeros(0)
+        return _finite(self.data.series(kind, module)[1])
+
+    def has_finding(self, *wanted: str) -> bool:
+        return any(f.kind in wanted for f in self.findings) or (self.cause is not None and self.cause.kind in wanted)
+
+
+def _same(a: str, b: str) -> bool:
+    try:
+        return os.path.realpath(a) == os.path.realpath(b)
+    except (OSError, ValueError):
+        return False
+
+
+# -- premises ---------------------------------------------------------------------------------------------
+Premise = Callable[[Context], bool]
+PREMISES: dict[str, Premise] = {}
+
+
+def premise(fn: Premise) -> Premise:
+    PREMISES[fn.__name__] = fn
+    return fn
+
+
+@premise
+def has_optimizer(c: Context) -> bool:
+    return c.script.optimizer is not None
+
+
+@premise
+def has_loop(c: Context) -> bool:
+    return c.script.loop is not None and bool(c.script.backward_calls)
+
+
+@premise
+def has_model(c: Context) -> bool:
+    return c.script.model_var(str(c.data.run.get("model") or "")) is not None
+
+
+@premise
+def has_scheduler(c: Context) -> bool:
+    return bool(c.script.schedulers)
+
+
+@premise
+def no_scheduler(c: Context) -> bool:
+    return not c.script.schedulers
+
+
+@premise
+def lr_jump(c: Context) -> bool:
+    """The rate rose by 5x or more from one step to the next."""
+    lr = c.lr
+    return len(lr) > 2 and bool(np.any(lr[1:] > 5 * np.maximum(lr[:-1], 1e-12)))
+
+
+@premise
+def lr_set_in_loop(c: Context) -> bool:
+    return bool(c.script.lr_assignments_in_loop())
+
+
+@premise
+def lr_above_initial(c: Context) -> bool:
+    """A schedule took the rate well above the rate the optimizer was built with."""
+    base = c.initial_lr
+    return base is not None and base > 0 and len(c.lr) > 0 and float(c.lr.max()) > 2.0 * base
+
+
+@premise
+def lambda_scheduler(c: Context) -> bool:
+    return any(s.ctor in ("LambdaLR", "MultiplicativeLR") for s in c.script.schedulers)
+
+
+@premise
+def lr_decays_to_zero(c: Context) -> bool:
+    base = c.initial_lr
+    return base is not None and base > 0 and len(c.lr) > 3 and float(c.lr[len(c.lr) // 2:].min()) < 1e-2 * base
+
+
+@premise
+def epoch_scheduler_per_batch(c: Context) -> bool:
+    """A scheduler meant to step once an epoch steps inside the loop over batches, and an epoch loop exists."""
+    return bool(c.script.epoch_scheduler_steps_per_batch())
+
+
+@premise
+def scheduler_steps(c: Context) -> bool:
+    return bool(c.script.scheduler_step_calls())
+
+
+@premise
+def lr_settable(c: Context) -> bool:
+    """The script sets the rate in code gradsight can change: the optimizer's constructor (or a cyclic scheduler's max_lr)."""
+    return bool(c.script.lr_nodes())
+
+
+@premise
+def update_ratio_high(c: Context) -> bool:
+    r = c.update_ratio
+    return r is None or r > 3e-3 or c.has_finding(kinds.UPDATE_RATIO_TOO_HIGH)
+
+
+@premise
+def update_ratio_low(c: Context) -> bool:
+    r = c.update_ratio
+    return r is not None and r < 1e-4
+
+
+@premise
+def lr_not_decayed(c: Context) -> bool:
+    base = c.initial_lr
+    return not (base and len(c.lr) and float(c.lr[-1]) < 1e-2 * base)
+
+
+@premise
+def adaptive_optimizer(c: Context) -> bool:
+    return c.optimizer_type in ADAPTIVE
+
+
+@premise
+def adaptive_lr_high(c: Context) -> bool:
+    lr = c.initial_lr
+    return c.optimizer_type in ADAPTIVE and lr is not None and lr > 3e-3
+
+
+@premise
+def no_clipping(c: Context) -> bool:
+    return not c.script.calls_named("clip_grad_norm_", "clip_grad_value_", "clip_grad_norm", "clip_grad_value")
+
+
+@premise
+def clip_norm_strong(c: Context) -> bool:
+    clip = c.column("clip_norm")
+    return bool(len(clip)) and bool(c.script.calls_named("clip_grad_norm_", "clip_grad_norm"))
+
+
+@premise
+def clip_value_strong(c: Context) -> bool:
+    return bool(len(c.column("clip_value"))) and bool(c.script.calls_named("clip_grad_value_"))
+
+
+@premise
+def eps_high(c: Context) -> bool:
+    eps = c.hyper("eps")
+    return eps is not None and eps >= 1e-3 and c.optimizer_type in ADAPTIVE
+
+
+@premise
+def weight_decay_high(c: Context) -> bool:
+    wd = c.hyper("weight_decay")
+    return wd is not None and wd > (0.1 if c.optimizer_type == "AdamW" else 1e-2)
+
+
+@premise
+def weight_decay_negative(c: Context) -> bool:
+    wd = c.hyper("weight_decay")
+    return wd is not None and wd < 0
+
+
+@premise
+def explicit_l2_penalty(c: Context) -> bool:
+    return bool(c.script.l2_penalty_terms())
+
+
+@premise
+def momentum_extreme(c: Context) -> bool:
+    m = c.hyper("momentum")
+    b = c.hyper("betas")
+    return (m is not None and m >= 0.995) or (b is not None and b < 0.9)
+
+
+@premise
+def grads_accumulate(c: Context) -> bool:
+    """Gradients were never zeroed between steps (the runtime saw every step's gradients add up)."""
+    z = c.data.steps.get("grads_zeroed")
+    return c.has_finding(kinds.GRADS_NOT_ZEROED) or (z is not None and len(_finite(z)) > 2 and float(np.nanmean(_finite(z))) < 0.5)
+
+
+@premise
+def zero_grad_misplaced(c: Context) -> bool:
+    """A zero_grad between the backward() and the step() wipes the gradients the step should use, or none in the loop."""
+    return c.script.zero_grad_between_backward_and_step() or not c.script.zero_grad_calls_in_loop()
+
+
+@premise
+def step_before_backward(c: Context) -> bool:
+    return c.script.step_before_backward() is not None
+
+
+@premise
+def accumulation_unscaled(c: Context) -> bool:
+    nb = c.column("n_backward")
+    return bool(len(nb)) and float(np.median(nb)) > 1.5 and not c.script.backward_divided()
+
+
+@premise
+def detach_in_forward(c: Context) -> bool:
+    return bool(c.script.detach_calls())
+
+
+@premise
+def no_grad_in_forward(c: Context) -> bool:
+    return bool(c.script.no_grad_blocks())
+
+
+@premise
+def params_not_in_optimizer(c: Context) -> bool:
+    """Trainable parameters the optimizer does not hold."""
+    return bool(c.params(trainable=1, in_optimizer=0))
+
+
+@premise
+def params_frozen(c: Context) -> bool:
+    return bool(c.params(trainable=0))
+
+
+@premise
+def freeze_statement(c: Context) -> bool:
+    return bool(c.script.freeze_statements())
+
+
+@premise
+def model_rebuilt_after_optimizer(c: Context) -> bool:
+    return c.script.model_reassigned_after_optimizer() is not None
+
+
+@premise
+def module_eval_mode(c: Context) -> bool:
+    """Some module ran in eval mode during training steps (a BatchNorm or Dropout that does not train)."""
+    steps, mat = c.data.metric("training")
+    return bool(mat.size) and bool(np.nanmin(np.asarray(mat, dtype=np.float64)) < 0.5) and bool(c.script.eval_calls())
+
+
+@premise
+def low_precision_weights(c: Context) -> bool:
+    return bool(c.script.model_casts())
+
+
+@premise
+def softmax_before_loss(c: Context) -> bool:
+    return bool(sites.output_activations(c, {"softmax", "Softmax"}))
+
+
+@premise
+def softmax_before_nll(c: Context) -> bool:
+    return c.loss_is({"nll_loss", "NLLLoss"}) and bool(sites.output_activations(c, {"softmax", "Softmax"}))
+
+
+@premise
+def sigmoid_before_loss(c: Context) -> bool:
+    return bool(sites.output_activations(c, {"sigmoid", "Sigmoid"}))
+
+
+@premise
+def logits_loss(c: Context) -> bool:
+    return c.loss_is({"cross_entropy", "CrossEntropyLoss", "binary_cross_entropy_with_logits", "BCEWithLogitsLoss"})
+
+
+@premise
+def classification_loss(c: Context) -> bool:
+    return c.loss_is(CLASSIFICATION_LOSSES)
+
+
+@premise
+def regression_loss(c: Context) -> bool:
+    return c.loss_is(REGRESSION_LOSSES)
+
+
+@premise
+def binary_loss(c: Context) -> bool:
+    return c.loss_is(BINARY_LOSSES)
+
+
+@premise
+def class_index_targets(c: Context) -> bool:
+    """A regression loss given integer targets in [0, C) where the output has C > 1 columns: class labels."""
+    for o in c.loss_calls:
+        shape, tshape = o.get("input_shape") or [], o.get("target_shape") or []
+        if (o.get("target_integral") and shape and len(shape) >= 2 and int(shape[-1]) > 1 and len(tshape) == len(shape) - 1
+                and 0 <= float(o.get("target_min", -1)) and float(o.get("target_max", 1e9)) < int(shape[-1])):
+            return True
+    return False
+
+
+@premise
+def binary_targets_out_of_range(c: Context) -> bool:
+    for o in c.loss_calls:
+        if str(o.get("loss", "")) in BINARY_LOSSES and (float(o.get("target_min", 0)) < 0 or float(o.get("target_max", 1)) > 1):
+            return True
+    return False
+
+
+@premise
+def shapes_broadcast(c: Context) -> bool:
+    """The loss's input and target differ in shape but hold as many elements: [B, 1] against [B]."""
+    for o in c.loss_calls:
+        a, b = o.get("input_shape") or [], o.get("target_shape") or []
+        if a and b and list(a) != list(b) and math.prod(a) == math.prod(b):
+            return True
+    return False
+
+
+@premise
+def summed_loss(c: Context) -> bool:
+    return any(o.get("reduction") == "sum" for o in c.loss_calls) or bool(c.script.sum_reductions())
+
+
+@premise
+def log_in_code(c: Context) -> bool:
+    return bool(c.script.unguarded_logs())
+
+
+@premise
+def std_division(c: Context) -> bool:
+    return bool(c.script.std_divisions())
+
+
+@premise
+def nonfinite_input(c: Context) -> bool:
+    return bool(c.inputs.size) and float(np.nansum(c.inputs[:, 4])) > 0
+
+
+@premise
+def pixel_range_input(c: Context) -> bool:
+    """Images given as 0-255 values: non-negative input with a maximum between 2 and 256."""
+    x = c.inputs
+    return bool(x.size) and float(np.nanmin(x[:, 0])) >= 0 and 2.0 < float(np.nanmax(x[:, 1])) <= 256.0 and c.first_module not in ("Embedding", "EmbeddingBag")
+
+
+@premise
+def unscaled_input(c: Context) -> bool:
+    """Real-valued input far from unit scale (std or mean above 10) that is not token ids."""
+    x = c.inputs
+    if not x.size or c.first_module in ("Embedding", "EmbeddingBag"):
+        return False
+    return float(np.nanmedian(x[:, 3])) > 10 or float(np.nanmedian(np.abs(x[:, 2]))) > 10
+
+
+@premise
+def forward_in_loop(c: Context) -> bool:
+    return bool(c.script.forward_calls_in_loop(str(c.data.run.get("model") or "")))
+
+
+@premise
+def labels_shuffled_alone(c: Context) -> bool:
+    return bool(c.script.lone_permutations())
+
+
+@premise
+def module_addressable(c: Context) -> bool:
+    """The target is a module of the model that code can name (its path from the model variable)."""
+    m = c.target.module
+    return m in c.data.index and m != "" and c.script.model_var(str(c.data.run.get("model") or "")) is not None
+
+
+@premise
+def module_resettable(c: Context) -> bool:
+    return (c.module_type(c.target.module) or "") in RESETTABLE
+
+
+@premise
+def init_statement(c: Context) -> bool:
+    return bool(sites.weight_edits(c, c.target.module))
+
+
+@premise
+def many_layers_poor(c: Context) -> bool:
+    bad = {f.module for f in c.findings if f.kind in (kinds.POOR_INITIALIZATION, kinds.VANISHING_GRADIENT, kinds.SATURATION)}
+    return len(bad) >= 2 or c.target.kind == kinds.POOR_INITIALIZATION and c.target.module in ("", "model")
+
+
+@premise
+def negative_bias(c: Context) -> bool:
+    """The layer's outputs sit mostly below zero (their mean under minus half their spread): a shift, not a scale,
+    keeps the units after it dead."""
+    if (c.module_type(c.target.module) or "") not in ("Linear", "Conv1d", "Conv2d", "Conv3d"):
+        return False
+    mean, std = c.series("act_mean", c.target.module), c.series("act_std", c.target.module)
+    return bool(len(mean)) and bool(len(std)) and float(np.median(mean)) < -0.5 * float(np.median(std))
+
+
+@premise
+def hidden_sigmoid(c: Context) -> bool:
+    return bool(sites.hidden_activations(c, {"sigmoid", "Sigmoid"}))
+
+
+@premise
+def hidden_tanh(c: Context) -> bool:
+    return bool(sites.hidden_activations(c, {"tanh", "Tanh"}))
+
+
+@premise
+def dead_relu(c: Context) -> bool:
+    return c.target.kind == kinds.DEAD_UNITS and bool(sites.relu_after(c, c.target.module))
+
+
+@premise
+def output_activation_regression(c: Context) -> bool:
+    return c.loss_is(REGRESSION_LOSSES | BINARY_LOSSES) and bool(sites.output_activations(c, {"relu", "ReLU"}))
+
+
+@premise
+def dropout_high(c: Context) -> bool:
+    return bool(sites.dropout_sites(c, 0.5))
+
+
+@premise
+def recurrent_module(c: Context) -> bool:
+    return (c.module_type(c.target.module) or "") in ("LSTM", "GRU", "RNN")
+
+
+@premise
+def attention_in_script(c: Context) -> bool:
+    return bool(c.script.attention_scores())
+
+
+@premise
+def attention_mask_arg(c: Context) -> bool:
+    return bool(c.script.mask_arguments())
+
+
+@premise
+def epoch_loop(c: Context) -> bool:
+    return c.script.loop is not None and c.script.inner_loop is not None and c.script.loop is not c.script.inner_loop
+
+
+RESETTABLE = {"Linear", "Bilinear", "Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d", "Embedding", "EmbeddingBag",
+              "LayerNorm", "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "GroupNorm", "LSTM", "GRU", "RNN", "MultiheadAttention", "RMSNorm",
+              "Conv1D"}
+

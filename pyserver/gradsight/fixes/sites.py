@@ -1,0 +1,180 @@
+"""Where in the script a module of the run, or an operation a fault is made of, is written: the constructor
+call of a layer, the softmax that feeds the loss, the sigmoids inside the network, the dropout rates."""
+
+from __future__ import annotations
+
+import ast
+from typing import TYPE_CHECKING, Any
+
+from .script import INPLACE_INIT, Script, dotted, kwarg, number, short
+
+if TYPE_CHECKING:
+    from .evidence import Context
+
+DROPOUT_TYPES = {"Dropout", "Dropout1d", "Dropout2d", "Dropout3d", "AlphaDropout", "FeatureAlphaDropout"}
+DROPOUT_KWARGS = ("p", "dropout", "drop_prob", "dropout_rate", "hidden_dropout_prob", "attention_probs_dropout_prob", "resid_pdrop",
+                  "embd_pdrop", "attn_pdrop", "dropout_p", "drop_rate", "attn_dropout", "hidden_dropout", "attention_dropout")
+
+
+def ctor_of(c: Context, module: str) -> ast.Call | None:
+    """The call in the script that creates ``module`` (``nn.Linear(...)`` on its line), or None."""
+    i = c.data.index.get(module)
+    if i is None or not c.module_in_script(module):
+        return None
+    m = c.data.modules[i]
+    calls = [k for k in c.script.calls if short(k.func) == m.type and k.lineno <= (m.line or 0) <= (k.end_lineno or k.lineno)]
+    if len(calls) > 1 and m.site:
+        nth = m.site.rsplit("|", 1)[-1]
+        fn_name = m.site.split("|", 1)[0].rsplit(".", 1)[-1]
+        same = [k for k in c.script.calls if short(k.func) == m.type and (getattr(c.script.function_of(k), "name", "main") == fn_name)]
+        if nth.isdigit() and int(nth) < len(same) and same[int(nth)] in calls:
+            return same[int(nth)]
+    return calls[0] if calls else None
+
+
+def _last_modules(c: Context, types: set[str]) -> list[str]:
+    """Modules of these types that run last in the forward (nothing with parameters after them)."""
+    ordered = sorted((m for m in c.data.modules if m.forward_order is not None and m.name), key=lambda m: m.forward_order or 0)
+    out = []
+    for k, m in enumerate(ordered):
+        if m.type in types and not any(n.own_params for n in ordered[k + 1:]):
+            out.append(m.name)
+    return out
+
+
+def _loss_inputs(s: Script) -> list[ast.AST]:
+    """The expression each loss call gets as its prediction, and what a name there was assigned from in the loop."""
+    out: list[ast.AST] = []
+    for call in s.loss_calls():
+        if not call.args:
+            continue
+        arg = call.args[0]
+        out.append(arg)
+        name = dotted(arg)
+        if name:
+            out += [st.value for st in s.assignments_to(name) if isinstance(st, ast.Assign) and (s.loop is None or s.inside(st, s.loop))]
+    return out
+
+
+def _output_calls(s: Script, fnames: set[str]) -> list[ast.Call]:
+    """Calls of ``fnames`` whose result is what a forward returns, or what the loss is given."""
+    out: list[ast.Call] = []
+    for fn in [n for n in ast.walk(s.tree) if isinstance(n, ast.FunctionDef)]:
+        for r in [n for n in ast.walk(fn) if isinstance(n, ast.Return) and n.value is not None]:
+            if isinstance(r.value, ast.Call) and short(r.value.func) in fnames and (fn.name == "forward" or _returns_model_output(s, fn)):
+                out.append(r.value)
+    for e in _loss_inputs(s):
+        if isinstance(e, ast.Call) and short(e.func) in fnames:
+            out.append(e)
+    return out
+
+
+def _returns_model_output(s: Script, fn: ast.FunctionDef) -> bool:
+    """A plain function the loop calls to get the prediction (a functional model)."""
+    return any(isinstance(e, ast.Call) and short(e.func) == fn.name for e in _loss_inputs(s))
+
+
+def output_activations(c: Context, names: set[str]) -> list[ast.Call]:
+    """Where an activation in ``names`` (``softmax``/``Softmax``) is applied to the network's output."""
+    fnames = {n for n in names if n[:1].islower()}
+    types = {n for n in names if n[:1].isupper()}
+    out = [k for m in _last_modules(c, types) if (k := ctor_of(c, m)) is not None]
+    out += _output_calls(c.script, fnames)
+    return _unique(out)
+
+
+def hidden_activations(c: Context, names: set[str]) -> list[ast.Call]:
+    """Every place an activation in ``names`` is applied inside the network (not to its output)."""
+    fnames = {n for n in names if n[:1].islower()}
+    types = {n for n in names if n[:1].isupper()}
+    last = set(_last_modules(c, types))
+    out = [k for m in c.data.modules if m.type in types and m.name not in last and (k := ctor_of(c, m.name)) is not None]
+    outputs = {id(k) for k in _output_calls(c.script, fnames)}
+    for k in c.script.calls_named(*fnames):
+        if c.script.function_of(k) is not None and id(k) not in outputs:
+            out.append(k)
+    return _unique(out)
+
+
+def relu_after(c: Context, module: str) -> list[ast.Call]:
+    """The ReLU that follows ``module`` in the forward: its constructor, or an ``F.relu(self.<attr>(...))`` call."""
+    i = c.data.index.get(module)
+    if i is None:
+        return []
+    m = c.data.modules[i]
+    out = []
+    if m.forward_order is not None:
+        nxt = [n for n in c.data.modules if n.forward_order == m.forward_order + 1 and n.type == "ReLU"]
+        out += [k for n in nxt if (k := ctor_of(c, n.name)) is not None]
+    attr = module.rpartition(".")[2]
+    for k in c.script.calls_named("relu"):
+        if k.args and any(isinstance(x, ast.Call) and short(x.func) == attr for x in ast.walk(k.args[0])):
+            out.append(k)
+    return _unique(out)
+
+
+def dropout_sites(c: Context, at_least: float) -> list[ast.AST]:
+    """The literal rates (>= ``at_least``) of the dropouts in the script: ``nn.Dropout(0.9)``, ``F.dropout(x, p=0.9)``,
+    ``TransformerEncoderLayer(dropout=0.9)``, a config's ``hidden_dropout_prob=0.9`` (through a variable too)."""
+    s = c.script
+    out: list[ast.AST] = []
+    for k in s.calls:
+        name = short(k.func)
+        cands: list[ast.AST] = [kw.value for kw in k.keywords if kw.arg in DROPOUT_KWARGS and (kw.arg != "p" or "ropout" in name)]
+        if name in DROPOUT_TYPES and k.args:
+            cands.append(k.args[0])
+        if name in ("dropout", "dropout1d", "dropout2d", "alpha_dropout") and len(k.args) >= 2:
+            cands.append(k.args[1])
+        for v in cands:
+            v = _constant_behind(s, v)
+            p = number(v)
+            if p is not None and at_least <= p <= 1.0:
+                out.append(v)
+    return _unique(out)
+
+
+def _constant_behind(s: Script, node: ast.AST) -> ast.AST:
+    """A name's value when it is assigned a number once in the script (``DROPOUT = 0.9``)."""
+    name = dotted(node)
+    if not name or "." in name:
+        return node
+    assigned = [st for st in s.assignments_to(name) if isinstance(st, ast.Assign)]
+    if len(assigned) == 1 and number(assigned[0].value) is not None:
+        return assigned[0].value
+    return node
+
+
+def weight_edits(c: Context, module: str) -> list[ast.stmt]:
+    """Statements outside the loop that rescale or re-initialise the weights of ``module`` or of a module
+    inside it (``self.fc.weight.mul_(30)``, ``nn.init.normal_(model[2].weight, std=5)``)."""
+    s = c.script
+    inside = [m.name for m in c.data.modules if m.name == module or module and m.name.startswith(module + ".")]
+    attrs = {n.rpartition(".")[2] for n in inside if n}
+    patterns = {f".{a}.weight" for a in attrs if not a.isdigit()} | {f".{a}.bias" for a in attrs if not a.isdigit()}
+    patterns |= {f"[{a}].weight" for a in attrs if a.isdigit()} | {f"[{a}].bias" for a in attrs if a.isdigit()}
+    out: list[ast.stmt] = []
+    for st in ast.walk(s.tree):
+        if not isinstance(st, (ast.Expr, ast.Assign, ast.AugAssign)) or (s.loop is not None and s.inside(st, s.loop)):
+            continue
+        text = ast.unparse(st)
+        if not any(p in text for p in patterns):
+            continue
+        edits = isinstance(st, ast.AugAssign) or any(isinstance(k, ast.Call) and short(k.func) in INPLACE_INIT for k in ast.walk(st))
+        edits = edits or (isinstance(st, ast.Assign) and any(short(t) == "data" or isinstance(t, ast.Attribute) and t.attr in ("weight", "bias")
+                                                             for t in st.targets))
+        if edits:
+            out.append(st)
+    return sorted(out, key=lambda st: st.lineno)
+
+
+def _unique(nodes: list[Any]) -> list[Any]:
+    seen: set[int] = set()
+    out = []
+    for n in nodes:
+        if id(n) not in seen:
+            seen.add(id(n))
+            out.append(n)
+    return out
+
+
+__all__ = ["ctor_of", "dropout_sites", "hidden_activations", "kwarg", "output_activations", "relu_after", "weight_edits"]

@@ -1,0 +1,319 @@
+"""Fixes (issue 16): offered only with their evidence, placed as valid code in every way a model is written,
+and validated by a real re-run. Every run here is a real traced training run."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gradsight.analysis.data import load
+from gradsight.analysis.diagnose import analyse_run
+from gradsight.fixes import library, suggest
+from gradsight.fixes.edits import Edit, NoPlace, apply, check
+from gradsight.fixes.evidence import PREMISES, Context, Target
+from gradsight.fixes.placers import module_ref
+from gradsight.fixes.script import Script
+from gradsight.thresholds import Thresholds
+
+from .conftest import ROOT, run_gradsight
+
+# premises any training script satisfies: a fix needing only these answers the diagnosis's finding itself
+GENERIC = {"has_optimizer", "has_loop", "has_model", "has_scheduler", "no_scheduler", "forward_in_loop", "module_addressable",
+           "module_resettable", "no_clipping", "lr_settable", "lr_not_decayed"}
+# fixes whose evidence is the finding at the module (a layer at the wrong scale, a norm that explodes)
+FINDING_IS_EVIDENCE = {"reset-layer-init", "reset-block-init", "clip-grad-norm", "lr-warmup", "call-optimizer-step", "lower-lr"}
+
+HEALTHY = """
+import torch
+import torch.nn as nn
+
+torch.manual_seed(0)
+X = torch.randn(256, 8)
+Y = (X[:, :4].sum(1) > 0).long()
+model = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 2))
+opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+loss_fn = nn.CrossEntropyLoss()
+for epoch in range(6):
+    for i in range(0, 256, 32):
+        xb, yb = X[i:i + 32], Y[i:i + 32]
+        opt.zero_grad()
+        loss = loss_fn(model(xb), yb)
+        loss.backward()
+        opt.step()
+print("final", float(loss))
+"""
+
+UNCAPPED_WARMUP = """
+import torch
+import torch.nn as nn
+
+torch.manual_seed(0)
+X = torch.randn(512, 8)
+Y = X @ torch.randn(8, 1)
+model = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 1))
+opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: step + 1.0)
+for epoch in range(10):
+    for i in range(0, 512, 32):
+        xb, yb = X[i:i + 32], Y[i:i + 32]
+        opt.zero_grad()
+        loss = nn.functional.mse_loss(model(xb), yb)
+        loss.backward()
+        opt.step()
+        sched.step()
+"""
+
+
+def trace(tmp: Path, name: str, source: str) -> tuple[Path, Path]:
+    script = tmp / f"{name}.py"
+    script.write_text(textwrap.dedent(source))
+    store = tmp / f"{name}.db"
+    proc = run_gradsight("trace", str(script), "--output", str(store), "--quiet", cwd=tmp)
+    assert store.exists(), proc.stderr
+    return script, store
+
+
+def fixes_of(script: Path, store: Path) -> list[dict[str, Any]]:
+    data = load(str(store))
+    findings, cause = analyse_run(data, Thresholds())
+    return suggest(cause, findings, data, str(script), limit=0)
+
+
+def runs(script: Path, edits: list[dict[str, Any]], tmp: Path) -> subprocess.CompletedProcess[str]:
+    """The script with the fix applied, run plainly: it must still run."""
+    patched = apply(script.read_text(), [Edit(**e) for e in edits])
+    out = tmp / f"patched_{script.name}"
+    out.write_text(patched)
+    return subprocess.run([sys.executable, str(out)], capture_output=True, text=True, timeout=300, cwd=tmp)
+
+
+@pytest.fixture(scope="module")
+def healthy(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    return trace(tmp_path_factory.mktemp("healthy"), "healthy", HEALTHY)
+
+
+def test_library_is_large_and_every_fix_has_a_rule() -> None:
+    fixes = library()
+    assert len(fixes) >= 60 and len({f.id for f in fixes}) == len(fixes)
+    for f in fixes:
+        assert all(n in PREMISES for n in f.needs), f.id
+        assert set(f.needs) - GENERIC or f.id in FINDING_IS_EVIDENCE, f"{f.id} needs no evidence of its own: {f.needs}"
+        assert f.explanation and f.effect and f.validation, f.id
+
+
+@pytest.mark.parametrize("fix_id", [f.id for f in library() if f.id not in FINDING_IS_EVIDENCE])
+def test_no_fix_without_its_evidence(healthy: tuple[Path, Path], fix_id: str) -> None:
+    """On a healthy run (constant LR, no sigmoid, no scheduler, weight decay 0, nothing frozen or detached, ...)
+    a fix whose premise is false is never offered, whatever finding is claimed for it."""
+    script, store = healthy
+    data = load(str(store))
+    s = Script(script.read_text(), str(script))
+    fix = next(f for f in library() if f.id == fix_id)
+    module = fix.modules[0] if fix.modules else "2"
+    from gradsight.fixes import holds
+
+    failing = holds(fix, Context(Target(fix.kinds[0], module), data, s))
+    assert failing, f"{fix_id} would be offered on a healthy run (premises {fix.needs} all hold)"
+
+
+@pytest.mark.parametrize("claim,fix_id", [
+    ("learning_rate_too_high", "undo-lr-jump"),  # the rate is constant: no jump to undo
+    ("vanishing_gradient", "relu-instead-of-sigmoid"),  # there is no sigmoid
+    ("dead_units", "leaky-relu"),  # on a layer with no ReLU after it ("0" feeds one, "2" does not)
+    ("learning_rate_too_low", "raise-lr"),  # the updates are not small
+    ("weight_decay_too_high", "nonnegative-weight-decay"),  # weight decay is 0
+])
+def test_the_issues_wrong_fixes_are_not_offered(healthy: tuple[Path, Path], claim: str, fix_id: str) -> None:
+    script, store = healthy
+    data = load(str(store))
+    s = Script(script.read_text(), str(script))
+    from gradsight.fixes import holds
+
+    fix = next(f for f in library() if f.id == fix_id)
+    assert holds(fix, Context(Target(claim, fix.modules[0] if fix.modules else "2"), data, s))
+
+
+def test_generated_code_is_checked() -> None:
+    src = "import torch\nmodel = Net()\nfor x in data:\n    loss = model(x)\n"
+    bad = [Edit("t.py", 3, 3, "clip(net.parameters())\n")]  # 'net' is not defined
+    assert "not defined" in (check(apply(src, bad), bad) or "")
+    good = [Edit("t.py", 3, 3, "torch.manual_seed(0)\n")]
+    assert check(apply(src, good), good) is None
+    with pytest.raises(NoPlace):
+        apply(src, [Edit("t.py", 2, 4, "x\n"), Edit("t.py", 3, 3, "y\n")])
+    assert module_ref("model", "blocks.0.attn") == "model.blocks[0].attn"
+    assert module_ref("model", "2.weight)\nimport os") == "model.get_submodule('2.weight)\\nimport os')"
+
+
+PLACEMENT = {
+    # a module-level nn.Sequential whose last layer is rescaled x50: the fix names it model[2]
+    "sequential": ("""
+        import torch
+        import torch.nn as nn
+        torch.manual_seed(0)
+        X = torch.randn(512, 8)
+        Y = (X[:, :4].sum(1) > 0).long()
+        model = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 2))
+        with torch.no_grad():
+            model[2].weight.mul_(300.0)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for epoch in range(8):
+            for i in range(0, 512, 32):
+                opt.zero_grad()
+                loss = nn.functional.cross_entropy(model(X[i:i + 32]), Y[i:i + 32])
+                loss.backward()
+                opt.step()
+        """, "model[2]"),
+    # add_module after the optimizer was built: the new head is not in the optimizer
+    "add_module": ("""
+        import torch
+        import torch.nn as nn
+        torch.manual_seed(0)
+        X = torch.randn(512, 8)
+        Y = (X[:, :4].sum(1) > 0).long()
+        net = nn.Sequential()
+        net.add_module("body", nn.Linear(8, 32))
+        net.add_module("act", nn.ReLU())
+        opt = torch.optim.Adam(net.parameters(), lr=1e-3)
+        net.add_module("head", nn.Linear(32, 2))
+        for epoch in range(6):
+            for i in range(0, 512, 32):
+                opt.zero_grad()
+                loss = nn.functional.cross_entropy(net(X[i:i + 32]), Y[i:i + 32])
+                loss.backward()
+                opt.step()
+        """, "add_param_group"),
+    # an own class whose forward cuts the graph after its first layer, trained from main()
+    "own_class": ("""
+        import torch
+        import torch.nn as nn
+        import torch.nn.functional as F
+
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc1 = nn.Linear(8, 32)
+                self.fc2 = nn.Linear(32, 2)
+
+            def forward(self, x):
+                h = F.relu(self.fc1(x)).detach()
+                return self.fc2(h)
+
+        def main():
+            torch.manual_seed(0)
+            X = torch.randn(512, 8)
+            Y = (X[:, :4].sum(1) > 0).long()
+            model = Net()
+            opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+            for epoch in range(6):
+                for i in range(0, 512, 32):
+                    opt.zero_grad()
+                    loss = F.cross_entropy(model(X[i:i + 32]), Y[i:i + 32])
+                    loss.backward()
+                    opt.step()
+
+        if __name__ == "__main__":
+            main()
+        """, "h = F.relu(self.fc1(x))\n"),
+    # functional code: parameters in a dict, a forward function, a softmax fed to cross_entropy
+    "functional": ("""
+        import torch
+        import torch.nn.functional as F
+        torch.manual_seed(0)
+        X = torch.randn(512, 8)
+        Y = (X[:, :4].sum(1) > 0).long()
+        params = torch.nn.ParameterDict({"w1": torch.nn.Parameter(torch.randn(32, 8) * 0.3), "b1": torch.nn.Parameter(torch.zeros(32)),
+                                         "w2": torch.nn.Parameter(torch.randn(2, 32) * 0.3), "b2": torch.nn.Parameter(torch.zeros(2))})
+
+        def forward(p, x):
+            h = F.relu(F.linear(x, p["w1"], p["b1"]))
+            return F.softmax(F.linear(h, p["w2"], p["b2"]), dim=1)
+
+        opt = torch.optim.SGD(params.parameters(), lr=0.1)
+        for epoch in range(8):
+            for i in range(0, 512, 32):
+                opt.zero_grad()
+                loss = F.cross_entropy(forward(params, X[i:i + 32]), Y[i:i + 32])
+                loss.backward()
+                opt.step()
+        """, "F.linear(h, p"),
+}
+
+
+@pytest.mark.parametrize("style", sorted(PLACEMENT))
+def test_fix_placement_is_valid_code_for_every_way_a_model_is_written(tmp_path: Path, style: str) -> None:
+    source, expect = PLACEMENT[style]
+    script, store = trace(tmp_path, style, source)
+    fixes = fixes_of(script, store)
+    assert fixes, f"no fix for the {style} fault"
+    top = fixes[0]
+    assert all(Path(e["file"]) == script for e in top["edits"])
+    patched = apply(script.read_text(), [Edit(**e) for e in top["edits"]])
+    assert expect in patched and f"# gradsight fix '{top['id']}'" in patched, patched
+    proc = runs(script, top["edits"], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+
+
+HF = """
+import torch
+from transformers import BertConfig, BertForSequenceClassification
+
+torch.manual_seed(0)
+config = BertConfig(vocab_size=50, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
+                    max_position_embeddings=32, num_labels=2)
+model = BertForSequenceClassification(config)
+ids = torch.randint(1, 50, (128, 12))
+labels = (ids[:, 0] > 25).long()
+opt = torch.optim.AdamW(model.parameters(), lr=5e-4)
+for p in model.bert.embeddings.parameters():
+    p.requires_grad_(False)
+for epoch in range(3):
+    for i in range(0, 128, 16):
+        out = model(input_ids=ids[i:i + 16], labels=labels[i:i + 16])
+        out.loss.backward()
+        opt.step()
+        opt.zero_grad()
+"""
+
+
+def test_a_fix_for_a_module_inside_hugging_face_goes_into_the_users_script(tmp_path: Path) -> None:
+    script, store = trace(tmp_path, "hf", HF)
+    fixes = fixes_of(script, store)
+    assert fixes
+    for f in fixes:
+        assert all(Path(e["file"]) == script for e in f["edits"]), f  # never site-packages
+    assert runs(script, fixes[0]["edits"], tmp_path).returncode == 0
+
+
+def test_validate_a_fix_that_works_and_one_that_does_not(tmp_path: Path) -> None:
+    script, store = trace(tmp_path, "warmup", UNCAPPED_WARMUP)
+    ids = [f["id"] for f in fixes_of(script, store)]
+    assert ids and ids[0] == "cap-lambda-warmup", ids
+    wrong = next(i for i in ids if i in ("reset-layer-init", "clip-grad-norm", "reset-block-init"))
+    proc = run_gradsight("validate", str(store), "--fix", "cap-lambda-warmup", "--fix", wrong, "--json", "--jobs", "2", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "validate: 2/2" in proc.stderr
+    got = {o["fix"]: o for o in json.loads(proc.stdout)["fixes"]}
+    assert got["cap-lambda-warmup"]["verdict"] == "validated", got
+    assert got["cap-lambda-warmup"]["loss"] < got["cap-lambda-warmup"]["loss_before"]
+    assert got[wrong]["verdict"] != "validated", got[wrong]
+    # stored: diagnose lists the validated fix first, with its measured effect; the script was not touched
+    d = json.loads(run_gradsight("diagnose", str(store), "--json", cwd=tmp_path).stdout)
+    assert d["fixes"][0]["id"] == "cap-lambda-warmup" and d["fixes"][0]["validated"]["verdict"] == "validated"
+    assert "loss" in d["fixes"][0]["validated"]["effect"]
+    assert script.read_text() == textwrap.dedent(UNCAPPED_WARMUP)
+
+
+def test_validate_says_what_is_wrong(tmp_path: Path, healthy: tuple[Path, Path]) -> None:
+    _, store = healthy
+    proc = run_gradsight("validate", str(store), "--fix", "no-such-fix", cwd=tmp_path)
+    assert proc.returncode == 2 and "no fix 'no-such-fix'" in proc.stderr and "Traceback" not in proc.stderr
+    proc = run_gradsight("validate", str(tmp_path / "missing.db"), cwd=tmp_path)
+    assert proc.returncode == 2 and "no such file" in proc.stderr
+    assert ROOT.exists()
