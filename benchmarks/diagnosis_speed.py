@@ -22,6 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "pyserver"))
 
 from gradsight.analysis.diagnose import diagnose  # noqa: E402
 from gradsight.store import StoreWriter  # noqa: E402
+from gradsight.store.rows import StepRow  # noqa: E402
 
 
 def synth_store(path: Path, steps: int, modules: int, every: int) -> None:
@@ -36,7 +37,8 @@ def synth_store(path: Path, steps: int, modules: int, every: int) -> None:
         parent = name.rpartition(".")[0] if name else None
         typ = "Linear" if name.endswith(("fc", "head")) else "ReLU" if name.endswith("act") else "Block" if name else "Model"
         own = 4160 if typ == "Linear" else 0
-        w.execute("INSERT INTO modules VALUES (?,?,?,?,?,?,?,?,?,?,?,?)", (i, name, typ, "synthetic", parent, own, own, i, None, None, None, None))
+        w.execute("INSERT INTO modules (id, name, type, type_module, parent, n_params, own_params, forward_order, file, line, owner, attr)"
+                  " VALUES (?,?,?,?,?,?,?,?,?,?,?,?)", (i, name, typ, "synthetic", parent, own, own, i, None, None, None, None))
     for j, name in enumerate(n for n in names if n.endswith(("fc", "head"))):
         w.execute("INSERT INTO params VALUES (?,?,?,?,?,?,?,?)", (j, f"{name}.weight", names.index(name), "[64, 64]", 4096, 1, 1, 1))
     base = rng.uniform(0.1, 1.0, len(names))
@@ -44,8 +46,8 @@ def synth_store(path: Path, steps: int, modules: int, every: int) -> None:
     for s in range(steps):
         g = base * rng.lognormal(0, 0.1, len(names)) * (50 if s == spike else 1)
         loss = 2.0 * np.exp(-s / steps) + (10 if s == spike else 0)
-        w.put_step({"step": s, "time": float(s), "loss": loss, "lr": 1e-3, "grad_norm": float(np.linalg.norm(g)), "sampled": int(s % every == 0),
-                    "grads_zeroed": 1, "loss_finite": 1})
+        w.put_step(StepRow(step=s, time=float(s), duration=None, loss=loss, lr=1e-3, grad_norm=float(np.linalg.norm(g)), grad_max=float(g.max()),
+                           sampled=s % every == 0, n_backward=1, grads_zeroed=1, capture=False, loss_finite=1))
         w.put_metric(s, "grad_norm", g)
         w.put_metric(s, "grad_max", g / 10)
         if s % every == 0:
@@ -69,7 +71,7 @@ def main() -> None:
         times = []
         for _ in range(3):
             t0 = time.perf_counter()
-            d = diagnose(path)
+            d = diagnose(path).as_json()
             times.append(time.perf_counter() - t0)
         rc = d["root_cause"]
         print(f"diagnose: best {min(times):.3f} s, median {sorted(times)[1]:.3f} s "

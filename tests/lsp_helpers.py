@@ -41,7 +41,8 @@ async def start(client: LanguageClient, root: Path, options: dict[str, Any] | No
             inlay_hint=lsp.InlayHintClientCapabilities(),
             code_lens=lsp.CodeLensClientCapabilities(),
             publish_diagnostics=lsp.PublishDiagnosticsClientCapabilities()),
-        workspace=lsp.WorkspaceClientCapabilities(apply_edit=True))
+        workspace=lsp.WorkspaceClientCapabilities(apply_edit=True),
+        window=lsp.WindowClientCapabilities(work_done_progress=True))
     await client.initialize_session(lsp.InitializeParams(capabilities=caps, root_uri=root.as_uri(),
                                                          initialization_options={"pollInterval": 0.1, **(options or {})}))
 

@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import pytest_lsp
 from lsprotocol import types as lsp
+from pygls.uris import to_fs_path
 from pytest_lsp import LanguageClient
 
 from .conftest import FAULTS, ROOT, gradsight_cmd
-from .lsp_helpers import SERVER, begin, command, line_of, open_doc, until, workspace_with_run
+from .lsp_helpers import SERVER, apply_edit, begin, command, line_of, open_doc, until, workspace_with_run
 
 KINDS = {"exploding_gradient", "vanishing_gradient", "dead_units", "nan_inf", "activation_out_of_range", "saturation", "loss_spike",
          "loss_not_decreasing", "oscillating_loss", "update_ratio_too_high", "update_ratio_too_low", "not_updated", "frozen",
@@ -179,3 +182,163 @@ async def test_requests_on_an_unknown_document_answer_null(client: LanguageClien
     hover = await client.text_document_hover_async(lsp.HoverParams(text_document=lsp.TextDocumentIdentifier(uri=uri),
                                                                    position=lsp.Position(line=line_of(text, "self.fc1 ="), character=12)))
     assert hover is not None and "fc1" in hover.contents.value
+
+
+# -- fixes in the editor: the light bulb, the CodeLens, validation -----------------------------------------------------
+async def cause_and_fixes(client: LanguageClient, ws: Path) -> tuple[str, str, lsp.Diagnostic, list[dict[str, Any]]]:
+    """train.py open, its root-cause diagnostic, and the fixes the editor offers (placed, not hidden), best first."""
+    uri, text = await opened(client, ws)
+    diags = await until(lambda: [d for d in client.diagnostics.get(uri, []) if "root cause" in d.message], what="the root-cause diagnostic")
+    fixes = [f for f in await command(client, "gradsight.fixes") if f["place"] and not f["hidden"]]
+    assert fixes, "no fix with a place in train.py"
+    return uri, text, diags[0], fixes
+
+
+def fix_edits(fix: dict[str, Any]) -> list[tuple[str, int, int, str]]:
+    """A fix's edits as (file, 0-based first line, 0-based end line, text): its own ``edits`` (the fix contract), else
+    the single insertion the server made of a fix of the older shape."""
+    if fix.get("edits"):
+        return sorted((str(Path(e["file"]).resolve()), e["start"] - 1, e["end"] - 1, e["text"]) for e in fix["edits"])
+    return sorted((str(Path(to_fs_path(e["uri"])).resolve()), e["start"], e["end"], e["text"]) for e in fix["place"]["edits"])
+
+
+def action_edits(action: lsp.CodeAction) -> list[tuple[str, int, int, str]]:
+    assert action.edit is not None and action.edit.changes
+    return sorted((str(Path(to_fs_path(uri)).resolve()), e.range.start.line, e.range.end.line, e.new_text)
+                  for uri, es in action.edit.changes.items() for e in es)
+
+
+async def actions_at(client: LanguageClient, uri: str, line: int, diagnostics: list[lsp.Diagnostic] | None = None) -> list[lsp.CodeAction]:
+    rng = lsp.Range(start=lsp.Position(line=line, character=0), end=lsp.Position(line=line, character=0))
+    got = await client.text_document_code_action_async(lsp.CodeActionParams(
+        text_document=lsp.TextDocumentIdentifier(uri=uri), range=rng, context=lsp.CodeActionContext(diagnostics=diagnostics or [])))
+    return [a for a in got or [] if isinstance(a, lsp.CodeAction)]
+
+
+async def test_code_action_on_the_root_cause_and_on_the_line_the_fix_goes_to(client: LanguageClient, explode_ws: Path):
+    uri, text, cause, fixes = await cause_and_fixes(client, explode_ws)
+    cause_line = cause.range.start.line
+    on_cause = await actions_at(client, uri, cause_line, [cause])
+    assert on_cause and all(a.title.startswith("Apply fix: ") and a.kind == lsp.CodeActionKind.QuickFix for a in on_cause)
+    top = fixes[0]
+    first = on_cause[0]
+    assert first.is_preferred and first.data["fix"] == top["id"] and [a.is_preferred for a in on_cause].count(True) == 1
+    assert first.title == f"Apply fix: {top['place']['label']}" and list(first.diagnostics or ()) == [cause]
+    # one WorkspaceEdit holding the fix's edits (line ranges in the current text), for every fix offered
+    by_id = {f["id"]: f for f in fixes}
+    for a in on_cause:
+        assert action_edits(a) == fix_edits(by_id[a.data["fix"]]), a.title
+    patched = apply_edit(text, first.edit, uri)
+    assert patched != text and f"# gradsight fix '{top['id']}'" in patched
+    compile(patched, "train.py", "exec")  # the patched script still parses
+    # the light bulb also stands where a fix goes, when that is not the root cause's line (clipping in the loop, ...)
+    elsewhere = [f for f in fixes if f["place"]["line"] != cause_line and to_fs_path(f["place"]["uri"]) == to_fs_path(uri)]
+    assert elsewhere, f"every fix goes to the root cause's line {cause_line}: {[(f['id'], f['place']['line']) for f in fixes]}"
+    for f in elsewhere:
+        there = await actions_at(client, uri, f["place"]["line"])
+        offered = next((a for a in there if a.data["fix"] == f["id"]), None)
+        assert offered is not None, (f["id"], f["place"]["line"], [a.title for a in there])
+        assert action_edits(offered) == fix_edits(f)
+    # a line that is neither: no light bulb
+    assert await actions_at(client, uri, line_of(text, "import argparse")) == []
+
+
+async def test_code_lens_apply_fix_and_validate_fixes(client: LanguageClient, explode_ws: Path):
+    uri, text, cause, fixes = await cause_and_fixes(client, explode_ws)
+    run = str(next((explode_ws / ".gradsight" / "runs").glob("*.db")))
+    lenses = await client.text_document_code_lens_async(lsp.CodeLensParams(text_document=lsp.TextDocumentIdentifier(uri=uri)))
+    assert lenses and {ln.range.start.line for ln in lenses} == {cause.range.start.line}  # above the root cause's line
+    commands_ = [ln.command for ln in lenses if ln.command is not None]
+    apply = next(c for c in commands_ if c.command == "gradsight.applyFix")
+    assert apply.title == f"Apply fix: {fixes[0]['place']['label']}" and list(apply.arguments or ()) == [{"id": fixes[0]["id"]}]
+    validate = next(c for c in commands_ if c.command == "gradsight.validate")
+    assert validate.title.startswith("Validate fixes") and list(validate.arguments or ()) == [{"run": run, "top": 3}]
+    assert [c.command for c in commands_] == ["gradsight.applyFix", "gradsight.validate", "gradsight.showHeatmap"]
+    # the lens's command applies the fix through the client (workspace/applyEdit)
+    received: list[lsp.ApplyWorkspaceEditParams] = []
+
+    def on_apply(params: lsp.ApplyWorkspaceEditParams) -> lsp.ApplyWorkspaceEditResult:
+        received.append(params)
+        return lsp.ApplyWorkspaceEditResult(applied=True)
+
+    client.feature(lsp.WORKSPACE_APPLY_EDIT)(on_apply)
+    result = await command(client, apply.command, *(apply.arguments or ()))
+    assert result["applied"] and result["id"] == fixes[0]["id"] and received
+    patched = apply_edit(text, received[0].edit, uri)
+    assert f"# gradsight fix '{fixes[0]['id']}'" in patched
+    compile(patched, "train.py", "exec")
+    # the hover on the root cause's line lists the fixes, best first, each with an Apply link
+    hover = await client.text_document_hover_async(lsp.HoverParams(text_document=lsp.TextDocumentIdentifier(uri=uri),
+                                                                   position=lsp.Position(line=cause.range.start.line, character=4)))
+    assert hover is not None and "**Fixes**" in hover.contents.value and fixes[0]["title"] in hover.contents.value
+    assert "command:gradsight.applyFix?" in hover.contents.value
+
+
+async def test_validate_fails_clearly(client: LanguageClient, explode_ws: Path):
+    await opened(client, explode_ws)
+    junk = explode_ws / "notastore.db"
+    junk.write_text("not a run store\n")
+    with pytest.raises(Exception, match=r"gradsight validate notastore\.db: \S"):
+        await command(client, "gradsight.validate", {"run": str(junk), "top": 1})
+    with pytest.raises(Exception, match="no such run store"):
+        await command(client, "gradsight.validate", {"run": "nowhere.db"})
+    with pytest.raises(Exception, match="top must be"):
+        await command(client, "gradsight.validate", {"top": 0})
+    ended = [v for reports in client.progress_reports.values() for v in reports if isinstance(v, lsp.WorkDoneProgressEnd)]
+    assert any((v.message or "").startswith("failed: ") for v in ended)  # the progress the failed run began has ended
+
+
+@pytest.mark.slow
+async def test_validate_fixes_with_progress_then_validated_fixes_first(client: LanguageClient, explode_ws: Path):
+    """``gradsight.validate`` re-runs the script with its best fixes (the real ``gradsight validate``), reporting
+    work-done progress on the client's token; then the editor shows each fix's verdict, validated ones first."""
+    uri, _text, cause, before = await cause_and_fixes(client, explode_ws)
+    run = str(next((explode_ws / ".gradsight" / "runs").glob("*.db")))
+    client.progress_reports["validate-token"] = []
+    result = await client.workspace_execute_command_async(lsp.ExecuteCommandParams(
+        command="gradsight.validate", arguments=[{"run": run, "top": 2}], work_done_token="validate-token"))
+    assert result["run"] == run and result["fixes"], result
+    verdicts = {f["id"]: f["verdict"] for f in result["fixes"]}
+    assert set(verdicts.values()) <= {"validated", "did_not_help", "worse", "failed"}
+    assert set(verdicts) <= {f["id"] for f in before}
+    reports = client.progress_reports["validate-token"]
+    assert isinstance(reports[0], lsp.WorkDoneProgressBegin) and isinstance(reports[-1], lsp.WorkDoneProgressEnd)
+    assert any(isinstance(r, lsp.WorkDoneProgressReport) and "/" in (r.message or "") for r in reports)  # validate: i/n lines
+    after = await command(client, "gradsight.fixes")
+    got = {f["id"]: (f["validated"] or {}).get("verdict") for f in after}
+    # each verdict shows on its fix (a fix that did not help may fall out of the list: the others come first)
+    assert {i: got[i] for i in verdicts if i in got} == {i: v for i, v in verdicts.items() if i in got}
+    assert all(i in got for i, v in verdicts.items() if v == "validated")
+    rank = {"validated": 0, None: 1, "did_not_help": 2, "worse": 3, "failed": 3}
+    assert [rank[v] for v in got.values()] == sorted(rank[v] for v in got.values())  # validated first
+    offered = await actions_at(client, uri, cause.range.start.line, [cause])
+    for a in offered:
+        v = verdicts.get(a.data["fix"])
+        assert v not in ("worse", "failed"), a.title  # a fix that made it worse is not offered
+        assert a.title.endswith(" (validated)") == (v == "validated") and a.data["verdict"] == got[a.data["fix"]]
+    lenses = await client.text_document_code_lens_async(lsp.CodeLensParams(text_document=lsp.TextDocumentIdentifier(uri=uri)))
+    titles = [ln.command.title for ln in lenses if ln.command is not None]
+    assert any(t.startswith("Validate fixes again (") for t in titles), titles
+    validated = [i for i, v in verdicts.items() if v == "validated"]
+    if validated:  # the hover shows what the re-run measured
+        effect = next(f for f in result["fixes"] if f["id"] == validated[0])
+        hover = await client.text_document_hover_async(lsp.HoverParams(text_document=lsp.TextDocumentIdentifier(uri=uri),
+                                                                       position=lsp.Position(line=cause.range.start.line, character=4)))
+        assert hover is not None and "validated: " in hover.contents.value
+        assert " ".join((effect.get("effect") or effect.get("summary") or "").split())[:40] in hover.contents.value
+
+
+async def test_a_validation_shows_in_the_code_lens_and_can_be_cancelled(client: LanguageClient, explode_ws: Path):
+    uri, _text, _cause, _fixes = await cause_and_fixes(client, explode_ws)
+    run = str(next((explode_ws / ".gradsight" / "runs").glob("*.db")))
+    job = asyncio.ensure_future(command(client, "gradsight.validate", {"top": 3}))
+    await until(lambda: any(isinstance(v, lsp.WorkDoneProgressBegin) for r in client.progress_reports.values() for v in r),
+                what="the validation's progress to begin")
+    lenses = await client.text_document_code_lens_async(lsp.CodeLensParams(text_document=lsp.TextDocumentIdentifier(uri=uri)))
+    assert "Validate fixes: running…" in [ln.command.title for ln in lenses if ln.command is not None]
+    assert (await command(client, "gradsight.cancelValidate", {}))["cancelled"] == [run]
+    with pytest.raises(Exception, match="was cancelled"):
+        await job
+    ends = [v for r in client.progress_reports.values() for v in r if isinstance(v, lsp.WorkDoneProgressEnd)]
+    assert [v.message for v in ends] == ["cancelled"]
+    assert (await command(client, "gradsight.cancelValidate", {}))["cancelled"] == []  # nothing left running

@@ -82,7 +82,7 @@ async def test_a_watch_set_in_the_editor_reaches_the_running_run(live: LanguageC
 
 
 # (scenario, the fix expected first on the root cause's line)
-FIXES = [("missing_zero_grad", "zero-grad"), ("eval_batchnorm", "model-train"), ("unnormalized_input", "normalize-input")]
+FIXES = [("missing_zero_grad", "zero-grad-each-step"), ("eval_batchnorm", "train-mode"), ("unnormalized_input", "standardize-input")]
 
 
 @pytest_lsp.fixture(config=SERVER, params=FIXES, ids=[f[0] for f in FIXES])
@@ -107,11 +107,12 @@ async def test_fix_from_code_action_removes_the_fault(faulty: LanguageClient):
     assert cause.code == expected["kind"] and cause.data["module"] == expected["module"]
     actions = await faulty.text_document_code_action_async(lsp.CodeActionParams(
         text_document=lsp.TextDocumentIdentifier(uri=uri), range=cause.range, context=lsp.CodeActionContext(diagnostics=[cause])))
-    assert actions and all(a.title.startswith("Insert fix: ") for a in actions)
+    assert actions and all(a.title.startswith("Apply fix: ") for a in actions)
     preferred = next(a for a in actions if a.is_preferred)
     assert preferred.data["fix"] == fix_id
     fixed = apply_edit(text, preferred.edit, uri)
-    assert f"# gradsight fix '{fix_id}'" in fixed and "validate:" in fixed
+    assert f"# gradsight fix '{fix_id}'" in fixed
+    compile(fixed, "train.py", "exec")
     script.write_text(fixed)
     faulty.text_document_did_change(lsp.DidChangeTextDocumentParams(
         text_document=lsp.VersionedTextDocumentIdentifier(uri=uri, version=2),

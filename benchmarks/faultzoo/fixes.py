@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -102,7 +103,10 @@ def main() -> int:
         store = stores / f"{m['id']}.db"
         if not store.exists():
             return {"id": m["id"], "error": "no store (the trace failed)"}
-        out = validate(store, args.top, Path(tmp.name) / "fixed" / m["id"], {e["kind"] for e in m["expected"] or []})
+        fresh = Path(tmp.name) / "stores-copy" / store.name  # a copy: verdicts of earlier runs must not reorder the fixes
+        fresh.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(store, fresh)
+        out = validate(fresh, args.top, Path(tmp.name) / "fixed" / m["id"], {e["kind"] for e in m["expected"] or []})
         out["id"] = m["id"]
         return out
 

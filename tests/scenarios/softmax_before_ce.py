@@ -5,7 +5,7 @@ from torch import nn
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 from _common import classification, regression, sequences  # noqa: E402,F401
 
-EXPECTED = {"module": "net.3", "kind": "double_softmax"}
+EXPECTED = {"module": ["net.3", "loss"], "kind": "double_softmax"}  # the softmax module, or the loss it feeds
 
 
 class Classifier(nn.Module):

@@ -12,6 +12,7 @@ optimizer, the input), clamped to 0-100.
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -50,11 +51,12 @@ def analyse_run(data: RunData, t: th.Thresholds) -> tuple[list[Finding], RootCau
     return findings, find(data, findings, curve, t)
 
 
-def diagnose(path: str | os.PathLike[str], thresholds: th.Thresholds | None = None, script: str | None = None) -> dict[str, Any]:
+def diagnose(path: str | os.PathLike[str], thresholds: th.Thresholds | None = None) -> Diagnosis:
+    """The typed diagnosis of a store (``.as_json()`` gives the ``gradsight diagnose --json`` contract)."""
     data = load(os.fspath(path))
     t = thresholds or thresholds_for(data)
     findings, cause = analyse_run(data, t)
-    return build(data, findings, cause, script)
+    return assemble(data, findings, cause)
 
 
 def thresholds_for(data: RunData) -> th.Thresholds:
@@ -65,7 +67,63 @@ def thresholds_for(data: RunData) -> th.Thresholds:
         return th.Thresholds()
 
 
-def build(data: RunData, findings: list[Finding], cause: RootCause | None, script: str | None = None) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Issue:
+    kind: str
+    severity: str
+    evidence: str
+
+
+@dataclass(frozen=True)
+class LayerHealth:
+    module: str
+    type: str
+    health: int
+    issues: tuple[Issue, ...]
+    source: tuple[str, int] | None  # (file, line) of the line that creates the module
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """What ``diagnose`` finds; the JSON contract (DESIGN.md) is made from it at the edge by :meth:`as_json`."""
+
+    anomaly: dict[str, Any] | None
+    health: int
+    layers: tuple[LayerHealth, ...]
+    root_cause: RootCause | None
+    findings: tuple[Finding, ...]  # of the places outside the network (loss, optimizer, input)
+    checked: tuple[str, ...]  # what was looked at: the answer when nothing explains the run
+    run: dict[str, Any]
+    fixes: list[dict[str, Any]] = field(default_factory=list)  # filled by gradsight.fixes (fixes read a diagnosis)
+
+    def as_json(self) -> dict[str, Any]:
+        cause = self.root_cause
+        return {
+            "schema": SCHEMA,
+            "anomaly": self.anomaly,
+            "health": self.health,
+            "layers": [{"module": x.module, "type": x.type, "health": x.health,
+                        "issues": [{"kind": i.kind, "severity": i.severity, "evidence": i.evidence} for i in x.issues],
+                        "source": {"file": x.source[0], "line": x.source[1]} if x.source else None} for x in self.layers],
+            "root_cause": None if cause is None else {
+                "module": cause.module, "kind": cause.kind, "confidence": cause.confidence, "path": cause.path,
+            },
+            "fixes": self.fixes,
+            # beyond the contract: what the terminal summary, reports and editor show
+            "evidence": None if cause is None else cause.evidence,
+            "checked": list(self.checked),
+            "findings": [{"module": f.module, "kind": f.kind, "severity": f.severity, "evidence": f.evidence, "step": f.step}
+                         for f in self.findings],
+            "run": self.run,
+        }
+
+
+def build(data: RunData, findings: list[Finding], cause: RootCause | None) -> dict[str, Any]:
+    """The diagnosis as the JSON contract (for the CLI, the reports and the server)."""
+    return assemble(data, findings, cause).as_json()
+
+
+def assemble(data: RunData, findings: list[Finding], cause: RootCause | None) -> Diagnosis:
     by_module: dict[str, list[Finding]] = {}
     for f in findings:
         by_module.setdefault(f.module, []).append(f)
@@ -77,37 +135,46 @@ def build(data: RunData, findings: list[Finding], cause: RootCause | None, scrip
         score = health_of(issues)
         if m.id in own:
             scores.append(score)
-        layers.append({
-            "module": m.name,
-            "type": m.type,
-            "health": score,
-            "issues": [{"kind": f.kind, "severity": f.severity, "evidence": f.evidence} for f in issues],
-            "source": {"file": m.file, "line": m.line} if m.file and m.line else None,
-        })
+        layers.append(LayerHealth(m.name, m.type, score, tuple(Issue(f.kind, f.severity, f.evidence) for f in issues),
+                                  (m.file, int(m.line)) if m.file and m.line else None))
     outside = [f for f in findings if f.module in OUTSIDE]
     model = (0.5 * min(scores) + 0.5 * float(np.mean(scores))) if scores else 100.0
     model -= sum(penalty(f) for f in outside if f.severity != "info")
-    anomaly = _anomaly(data, cause)
     reported = {f.kind for f in findings}
-    return {
-        "schema": SCHEMA,
-        "anomaly": anomaly,
-        "health": int(round(float(np.clip(model, 0, 100)))),
-        "layers": layers,
-        "root_cause": None if cause is None else {
-            "module": cause.module, "kind": cause.kind, "confidence": cause.confidence, "path": cause.path,
-        },
-        "fixes": [],  # filled by gradsight.fixes.attach (fixes read a diagnosis; the analysis does not know them)
-        # beyond the contract: what the terminal summary, reports and editor show
-        "evidence": None if cause is None else cause.evidence,
-        "findings": [{"module": f.module, "kind": f.kind, "severity": f.severity, "evidence": f.evidence, "step": f.step}
-                     for f in findings if f.module in OUTSIDE],
-        "run": {"path": data.path, "script": data.run.get("script"), "steps": data.n_steps, "status": data.run.get("status"),
-                "model": data.run.get("model"), "optimizer": data.run.get("optimizer"),
-                # what the runtime warned of (its own cost, a watch it could not parse, ...), unless a finding says it
-                "warnings": [{"step": e.step, "name": e.name, "message": e.message} for e in data.events
-                             if e.kind == "warning" and e.name not in reported]},
-    }
+    run = {"path": data.path, "script": data.run.get("script"), "steps": data.n_steps, "status": data.run.get("status"),
+           "model": data.run.get("model"), "optimizer": data.run.get("optimizer"),
+           # what the runtime warned of (its own cost, a watch it could not parse, ...), unless a finding says it
+           "warnings": [{"step": e.step, "name": e.name, "message": e.message} for e in data.events
+                        if e.kind == "warning" and e.name not in reported]}
+    return Diagnosis(_anomaly(data, cause), int(round(float(np.clip(model, 0, 100)))), tuple(layers), cause, tuple(outside),
+                     checked(data, findings), run)
+
+
+def checked(data: RunData, findings: list[Finding]) -> tuple[str, ...]:
+    """What the diagnosis looked at and found normal, in words: said when no root cause is found."""
+    steps = data.steps
+    lr = steps["lr"][np.isfinite(steps["lr"])]
+    loss = steps["loss"][np.isfinite(steps["loss"])]
+    layers = data.own_layers()
+    flagged = {f.kind for f in findings if f.severity == "error"}
+    out = [f"{data.n_steps} optimizer steps, {len(layers)} layers"]
+    if len(loss):
+        out.append(f"loss {loss[0]:.3g} -> {loss[-1]:.3g}, no spike or divergence caught")
+    if len(lr):
+        out.append(f"learning rate {lr.min():.3g}..{lr.max():.3g}, its update ratios and the optimizer's settings (eps, weight decay, clipping)")
+    got = sum(1 for p in data.params if p.get("got_grad")) if data.params else 0
+    out.append(f"gradient reach: {got} of {len(data.params)} parameter tensors got a gradient and are in the optimizer"
+               if data.params else "gradient reach")
+    out.append("per-layer gradients, activations, dead and saturated units, non-finite values")
+    if data.observed("loss"):
+        out.append("the loss's inputs and targets (ranges, shapes, dtypes)")
+    if data.observed("attention"):
+        out.append("attention entropy and masks")
+    if data.observed("dropout"):
+        out.append("dropout rates")
+    if flagged:
+        out.append("errors found but none explains the run: " + ", ".join(sorted(flagged)))
+    return tuple(out)
 
 
 def _anomaly(data: RunData, cause: RootCause | None) -> dict[str, Any] | None:

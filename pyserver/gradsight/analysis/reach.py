@@ -113,7 +113,9 @@ def detect(d: RunData) -> list[Finding]:
         return out
     total = sum(trainable.values())
     first = int(d.steps["step"][0])
-    never = {i for i, share in got.items() if share == 0.0}
+    # a layer whose parameters did get a gradient (a non-finite one reads as missing in grad_norm) is not cut off
+    had = {p["module_id"] for p in d.params if p.get("got_grad") == 1}
+    never = {i for i, share in got.items() if share == 0.0 and i not in had}
     zero = {i for i, share in nonzero.items() if share == 0.0}
     backward = np.nan_to_num(d.steps.get("n_backward", np.zeros(d.n_steps)), nan=0.0)
     if (never == set(trainable) or zero == set(trainable)) and float(np.mean(backward >= 1)) >= 0.5:

@@ -38,7 +38,8 @@ def headline(d: dict[str, Any]) -> list[str]:
         if len(rc["path"]) > 1:
             lines.append("  path: " + " -> ".join(p or "(model)" for p in rc["path"]))
     else:
-        lines.append("root cause: none")
+        lines.append("root cause: none found; what was checked:")
+        lines += [f"  - {c}" for c in d.get("checked") or []]
     return lines
 
 
@@ -60,6 +61,7 @@ def text(d: dict[str, Any], top: int = 5) -> str:
         for i, f in enumerate(d["fixes"][:3], 1):
             where = f.get("where")
             loc = f" at {where['file']}:{where['line']}" if where else ""
-            lines.append(f"  {i}. {f['title']}{loc}")
+            v = f.get("validated") or {}
+            lines.append(f"  {i}. {f['title']}{loc}" + (f"  [{v['summary']}]" if v.get("summary") else ""))
             lines.extend("       " + ln for ln in f["snippet"].splitlines()[:4])
     return "\n".join(lines)

@@ -155,7 +155,9 @@ def suggest(cause: RootCause | None, findings: list[Finding], data: RunData, scr
             out.append(render(fix, target, edits, detail, order))
     verdicts = verdicts or {}
     for item in out:
-        item["validated"] = verdicts.get(item["id"])
+        v = verdicts.get(item["id"])
+        # a verdict holds for the code that was re-run: a fix whose text changed since is not validated any more
+        item["validated"] = v if v is not None and (v.get("details") or {}).get("digest") == item["digest"] else None
     rank = {"validated": 0, None: 1, "did_not_help": 2, "worse": 3, "failed": 4}
     out.sort(key=lambda f: (rank.get((f["validated"] or {}).get("verdict"), 1)))
     return out[:limit] if limit else out
@@ -176,7 +178,15 @@ def render(fix: Fix, target: Target, edits: list[Edit], detail: str, order: int)
         "edits": [e.as_json() for e in sorted(edits, key=lambda e: e.start)],
         "where": {"file": first.file, "line": first.start},
         "snippet": "".join(e.text for e in sorted(edits, key=lambda e: e.start)),
+        "digest": digest(edits),
     }
+
+
+def digest(edits: list[Edit]) -> str:
+    """What a fix inserts, not where (lines move when the user edits above it)."""
+    import hashlib
+
+    return hashlib.sha1("\0".join(e.text for e in sorted(edits, key=lambda e: e.start)).encode()).hexdigest()[:16]
 
 
 def attach(diagnosis: dict[str, Any], data: RunData, findings: list[Finding], cause: RootCause | None, script: str | None = None,

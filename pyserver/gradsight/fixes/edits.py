@@ -113,6 +113,15 @@ class Patch:
         was = " ".join(self.s.segment(stmt).split())
         self.replace_stmt(stmt, rest, f"{note} (removed: {was})")
 
+    def delete_stmts(self, stmts: list[ast.stmt], note: str) -> None:
+        """Remove several statements; a block left with none keeps a ``pass``."""
+        chosen = {id(st) for st in stmts}
+        for st in stmts:
+            block = self._siblings(st) or [st]
+            last_of_block = all(id(b) in chosen for b in block) and st is block[-1]
+            was = " ".join(self.s.segment(st).split())
+            self.replace_stmt(st, "pass" if last_of_block else "", f"{note} (removed: {was})")
+
     def _siblings(self, stmt: ast.stmt) -> list[ast.stmt] | None:
         parent = self.s.parent.get(stmt)
         for name in ("body", "orelse", "finalbody", "handlers"):

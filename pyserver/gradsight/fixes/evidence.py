@@ -7,6 +7,7 @@ needs a jump in the lr column, a fix that removes a softmax needs a softmax in t
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from collections.abc import Callable
@@ -266,13 +267,18 @@ def no_clipping(c: Context) -> bool:
 
 @premise
 def clip_norm_strong(c: Context) -> bool:
-    clip = c.column("clip_norm")
-    return bool(len(clip)) and bool(c.script.calls_named("clip_grad_norm_", "clip_grad_norm"))
+    """clip_grad_norm_'s max_norm is far below the gradient's usual norm: every step is scaled down."""
+    clip, g = c.column("clip_norm"), c.grad_norms
+    return (bool(len(clip)) and bool(len(g)) and float(np.median(g)) > 5 * float(np.median(clip))
+            and bool(c.script.calls_named("clip_grad_norm_", "clip_grad_norm")))
 
 
 @premise
 def clip_value_strong(c: Context) -> bool:
-    return bool(len(c.column("clip_value"))) and bool(c.script.calls_named("clip_grad_value_"))
+    """clip_grad_value_'s value is far below the gradients' usual largest entry."""
+    clip, gmax = c.column("clip_value"), c.column("grad_max")
+    return (bool(len(clip)) and bool(len(gmax)) and float(np.median(gmax)) > 5 * float(np.median(clip))
+            and bool(c.script.calls_named("clip_grad_value_")))
 
 
 @premise
@@ -388,6 +394,12 @@ def sigmoid_before_loss(c: Context) -> bool:
 
 
 @premise
+def sigmoid_output_for_regression(c: Context) -> bool:
+    """A sigmoid on the output of a regression: predictions stuck in (0, 1)."""
+    return c.loss_is(REGRESSION_LOSSES) and bool(sites.output_activations(c, {"sigmoid", "Sigmoid"}))
+
+
+@premise
 def logits_loss(c: Context) -> bool:
     return c.loss_is({"cross_entropy", "CrossEntropyLoss", "binary_cross_entropy_with_logits", "BCEWithLogitsLoss"})
 
@@ -499,10 +511,36 @@ def init_statement(c: Context) -> bool:
     return bool(sites.weight_edits(c, c.target.module))
 
 
+def layers_off_scale(c: Context, factor: float = 4.0) -> int:
+    """Layers whose weights start more than ``factor`` x away from PyTorch's default scale (rms 1/sqrt(3 fan_in))."""
+    steps, w = c.data.metric("weight_norm")
+    if not w.size:
+        return 0
+    n = 0
+    for p in c.data.params:
+        name = str(p.get("name", ""))
+        if not name.endswith(".weight") or p.get("module_id") is None:
+            continue
+        try:
+            shape = json.loads(str(p.get("shape") or "[]"))
+        except ValueError:
+            continue
+        i = int(p["module_id"])
+        if len(shape) < 2 or i >= w.shape[1] or not np.isfinite(w[0, i]) or c.data.modules[i].type in ("Embedding", "EmbeddingBag"):
+            continue
+        numel = sum(int(q.get("numel") or 0) for q in c.data.params if q.get("module_id") == i)
+        rms = float(w[0, i]) / math.sqrt(max(numel, 1))
+        default = 1.0 / math.sqrt(3.0 * math.prod(shape[1:]))
+        if rms < default / factor or rms > default * factor:
+            n += 1
+    return n
+
+
 @premise
 def many_layers_poor(c: Context) -> bool:
+    """Several layers start at the wrong scale (an init applied to the whole model), or are flagged for it."""
     bad = {f.module for f in c.findings if f.kind in (kinds.POOR_INITIALIZATION, kinds.VANISHING_GRADIENT, kinds.SATURATION)}
-    return len(bad) >= 2 or c.target.kind == kinds.POOR_INITIALIZATION and c.target.module in ("", "model")
+    return len(bad) >= 2 or layers_off_scale(c) >= max(2.0, len(c.data.own_layers()) / 3)
 
 
 @premise
@@ -531,8 +569,9 @@ def dead_relu(c: Context) -> bool:
 
 
 @premise
-def output_activation_regression(c: Context) -> bool:
-    return c.loss_is(REGRESSION_LOSSES | BINARY_LOSSES) and bool(sites.output_activations(c, {"relu", "ReLU"}))
+def output_relu(c: Context) -> bool:
+    """A ReLU on the network's output: scores (or regression values) that cannot be negative."""
+    return bool(sites.output_activations(c, {"relu", "ReLU"}))
 
 
 @premise

@@ -114,7 +114,7 @@ def opt(c: Context) -> str:
 def step_stmt(c: Context) -> ast.stmt:
     s = c.script
     o = s.optimizer
-    calls = [k for k in s.step_calls(o.var) if s.loop is not None and s.inside(k, s.loop)] if o else []
+    calls = [k for k in s.step_calls(o.var) if s.in_training(k)] if o else []
     if not calls:
         raise NoPlace("no optimizer.step() in the training loop")
     return s.stmt_of(calls[0])
@@ -194,8 +194,7 @@ def delete_lr_assignments(c: Context, p: Patch) -> str:
     stmts = c.script.lr_assignments_in_loop()
     if not stmts:
         raise NoPlace("no assignment to a group's lr in the loop")
-    for st in stmts:
-        p.delete_stmt(st, "the rate is set by the optimizer (and its scheduler) only")
+    p.delete_stmts(stmts, "the rate is set by the optimizer (and its scheduler) only")
     return "the loop no longer overwrites the learning rate"
 
 
@@ -369,8 +368,7 @@ def delete_clipping(c: Context, p: Patch) -> str:
     stmts = [c.script.stmt_of(k) for k in calls if isinstance(c.script.stmt_of(k), ast.Expr)]
     if not stmts:
         raise NoPlace("no clipping statement")
-    for st in stmts:
-        p.delete_stmt(st, "no clipping")
+    p.delete_stmts(stmts, "no clipping")
     return "gradients are no longer clipped"
 
 
@@ -428,7 +426,7 @@ def divide_accumulated_loss(c: Context, p: Patch) -> str:
     n = int(round(float(np.median(nb)))) if len(nb) else 0
     if n < 2:
         raise NoPlace("one backward per step")
-    b = [k for k in c.script.backward_calls if c.script.loop is not None and c.script.inside(k, c.script.loop)]
+    b = [k for k in c.script.backward_calls if c.script.in_training(k)]
     if not b or not isinstance(b[0].func, ast.Attribute):
         raise NoPlace("no backward() in the loop")
     recv = b[0].func.value
@@ -483,8 +481,7 @@ def delete_freeze(c: Context, p: Patch) -> str:
     stmts = c.script.freeze_statements()
     if not stmts:
         raise NoPlace("no statement sets requires_grad to False")
-    for st in stmts:
-        p.delete_stmt(st, "the parameters stay trainable")
+    p.delete_stmts(stmts, "the parameters stay trainable")
     return "the frozen parameters train again"
 
 
@@ -663,8 +660,7 @@ def delete_lone_permutation(c: Context, p: Patch) -> str:
     stmts = c.script.lone_permutations()
     if not stmts:
         raise NoPlace("nothing reorders one tensor alone")
-    for st in stmts:
-        p.delete_stmt(st, "inputs and labels keep their pairing")
+    p.delete_stmts(stmts, "inputs and labels keep their pairing")
     return "each input keeps its own label"
 
 
@@ -677,25 +673,25 @@ def _ref(c: Context) -> tuple[str, str]:
     return m, module_ref(m, mod)
 
 
+def _reset_code(ref: str, skip_root: bool = False) -> str:
+    """Call every submodule's own reset (``reset_parameters``, MultiheadAttention's ``_reset_parameters``)."""
+    cond = f" and _m is not {ref}" if skip_root else ""
+    return (f"with torch.no_grad():\n    for _m in {ref}.modules():\n"
+            f'        _reset = getattr(_m, "reset_parameters", None) or getattr(_m, "_reset_parameters", None)\n'
+            f"        if callable(_reset){cond}:\n            _reset()")
+
+
 @placer
 def reset_module(c: Context, p: Patch) -> str:
     m, ref = _ref(c)
-    typ = c.module_type(c.target.module) or ""
-    if typ in ("LSTM", "GRU", "RNN", "Linear", "Conv1d", "Conv2d", "Conv3d", "Embedding", "LayerNorm", "MultiheadAttention", "Bilinear",
-               "BatchNorm1d", "BatchNorm2d", "EmbeddingBag", "ConvTranspose2d", "GroupNorm"):
-        code = f"{ref}.reset_parameters()"
-    else:
-        code = f'for _m in {ref}.modules():\n    if hasattr(_m, "reset_parameters"):\n        _m.reset_parameters()'
-    before_training(c, p, f"with torch.no_grad():\n{textwrap.indent(code, '    ')}", f"PyTorch's default initialisation for {c.target.module}", m)
+    before_training(c, p, _reset_code(ref), f"PyTorch's default initialisation for {c.target.module}", m)
     return f"{c.target.module} starts from PyTorch's default initialisation"
 
 
 @placer
 def reset_all(c: Context, p: Patch) -> str:
     m = model(c)
-    code = (f"with torch.no_grad():\n    for _m in {m}.modules():\n"
-            f'        if hasattr(_m, "reset_parameters") and _m is not {m}:\n            _m.reset_parameters()')
-    before_training(c, p, code, "PyTorch's default initialisation for every layer", m)
+    before_training(c, p, _reset_code(m, skip_root=True), "PyTorch's default initialisation for every layer", m)
     return "every layer starts from PyTorch's default initialisation"
 
 
@@ -704,8 +700,7 @@ def delete_weight_edits(c: Context, p: Patch) -> str:
     stmts = sites.weight_edits(c, c.target.module)
     if not stmts:
         raise NoPlace("no statement edits the module's weights")
-    for st in stmts:
-        p.delete_stmt(st, "keep the layer's default initialisation")
+    p.delete_stmts(stmts, "keep the layer's default initialisation")
     return "the layer keeps its default initialisation"
 
 
@@ -791,8 +786,12 @@ def lower_dropout(c: Context, p: Patch, to: float = 0.1) -> str:
 
 
 # -- attention --------------------------------------------------------------------------------------------
-def _proper_scale(text: str) -> bool:
-    return any(w in text for w in ("sqrt", "** -0.5", "**-0.5", "** 0.5", "**0.5", "scale", "size(", "shape[", "head_dim", "d_k", "rsqrt"))
+def _proper_scale(text: str, op: ast.operator) -> bool:
+    """A factor that already scales the scores down by sqrt(d): ``* d ** -0.5``, ``* self.scale``, ``/ math.sqrt(d)``."""
+    t = text.replace(" ", "")
+    if isinstance(op, ast.Div):
+        return any(w in t for w in ("sqrt", "**0.5", "scale"))
+    return any(w in t for w in ("**-0.5", "rsqrt", "1/", "1.0/", "scale"))
 
 
 @placer
@@ -808,7 +807,7 @@ def scale_attention(c: Context, p: Patch) -> str:
         else:
             assert isinstance(expr, ast.BinOp)
             other = expr.right if expr.left is mm else expr.left
-            if _proper_scale(p.s.segment(other)):
+            if _proper_scale(p.s.segment(other), expr.op):
                 continue
             p.replace_node(other, f"{qs}.size(-1) ** {'-0.5' if isinstance(expr.op, ast.Mult) else '0.5'}")
         done += 1
@@ -839,7 +838,7 @@ def eval_to_train(c: Context, p: Patch) -> str:
     m = model(c)
     calls = [k for k in c.script.eval_calls() if isinstance(k.func, ast.Attribute) and dotted(k.func.value) == m
              and not any(w in getattr(c.script.function_of(k), "name", "") for w in ("eval", "valid", "test", "predict"))
-             and (c.script.loop is None or not c.script.inside(k, c.script.loop))]
+             and not c.script.in_training(k)]
     if not calls:
         raise NoPlace("no model.eval() before training")
     for k in calls:

@@ -203,23 +203,50 @@ class Script:
         models = [m for m in opt.models if m]
         return models[0] if models else None
 
-    @cached_property
-    def loop(self) -> ast.For | ast.While | None:
-        """The training loop: the outermost loop around the first ``backward()`` (in its function)."""
+    def _loops_of_backward(self) -> list[ast.For | ast.While]:
+        """The loops around the first ``backward()``: in its function, else around the calls of that function
+        (a ``train_step`` method the loop calls)."""
         for b in self.backward_calls:
             loops = self.loops_around(b)
             if loops:
-                return loops[0]
-        return None
+                return loops
+            fn = self.function_of(b)
+            if fn is not None:
+                for call in self.calls_named(fn.name):
+                    if self.function_of(call) is not fn and self.loops_around(call):
+                        return self.loops_around(call)
+        return []
+
+    @cached_property
+    def loop(self) -> ast.For | ast.While | None:
+        """The training loop: the outermost loop around the first ``backward()`` (or around the call of the
+        function that calls it)."""
+        loops = self._loops_of_backward()
+        return loops[0] if loops else None
 
     @cached_property
     def inner_loop(self) -> ast.For | ast.While | None:
-        """The innermost loop around the first ``backward()``: the loop over batches."""
+        """The innermost such loop: the loop over batches."""
+        loops = self._loops_of_backward()
+        return loops[-1] if loops else None
+
+    @cached_property
+    def step_function(self) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+        """The function holding ``backward()`` when the loop is outside it (a ``train_step``), else None."""
         for b in self.backward_calls:
-            loops = self.loops_around(b)
-            if loops:
-                return loops[-1]
+            if self.loops_around(b):
+                return None
+            fn = self.function_of(b)
+            if fn is not None and self.loop is not None and not self.inside(self.loop, fn):
+                return fn
         return None
+
+    def in_training(self, node: ast.AST) -> bool:
+        """In the training loop, or in the step function it calls."""
+        if self.loop is not None and self.inside(node, self.loop):
+            return True
+        fn = self.step_function
+        return fn is not None and self.inside(node, fn)
 
     def forward_calls(self) -> list[ast.Call]:
         """Calls of the model inside the training loop (``model(x)``, ``self.model(x)``)."""
@@ -281,7 +308,8 @@ class Script:
         return names
 
     def _loop_nodes(self) -> list[ast.AST]:
-        return list(ast.walk(self.loop)) if self.loop is not None else []
+        nodes = list(ast.walk(self.loop)) if self.loop is not None else []
+        return nodes + (list(ast.walk(self.step_function)) if self.step_function is not None else [])
 
     def model_var(self, model_class: str = "") -> str | None:
         """The model's variable: the X of ``X.parameters()`` given to the optimizer, else the variable
@@ -366,11 +394,10 @@ class Script:
         return out
 
     def zero_grad_calls_in_loop(self) -> list[ast.Call]:
-        loop = self.loop
-        return [c for c in self.calls_named("zero_grad") if loop is not None and self.inside(c, loop)]
+        return [c for c in self.calls_named("zero_grad") if self.in_training(c)]
 
     def _backward_stmt(self) -> ast.stmt | None:
-        inside = [b for b in self.backward_calls if self.loop is not None and self.inside(b, self.loop)]
+        inside = [b for b in self.backward_calls if self.in_training(b)]
         return self.stmt_of(inside[0]) if inside else None
 
     def _step_stmts(self) -> list[ast.stmt]:
@@ -384,7 +411,7 @@ class Script:
         steps = self._step_stmts()
         for z in self.zero_grad_calls_in_loop():
             zs = self.stmt_of(z)
-            if zs.lineno > b.lineno and any(s.lineno > zs.lineno and self.loop is not None and self.inside(s, self.loop) for s in steps):
+            if zs.lineno > b.lineno and any(s.lineno > zs.lineno and self.in_training(s) for s in steps):
                 return True
         return False
 
@@ -417,8 +444,10 @@ class Script:
         fn = self.function_of(node)
         if fn is not None and fn.name == "forward" and self.class_of(fn) is not None:
             return True
+        if fn is not None and fn.name in self.prediction_functions:
+            return True
         b = self._backward_stmt()
-        return self.loop is not None and self.inside(node, self.loop) and b is not None and node.lineno <= b.lineno  # type: ignore[attr-defined]
+        return self.in_training(node) and b is not None and node.lineno <= b.lineno  # type: ignore[attr-defined]
 
     def detach_calls(self) -> list[ast.Call]:
         out = []
@@ -522,11 +551,21 @@ class Script:
 
     def forward_calls_in_loop(self, model_class: str = "") -> list[ast.Call]:
         m = self.model_var(model_class)
-        loop = self.loop
-        if not m or loop is None:
+        if not m or self.loop is None:
             return []
         b = self._backward_stmt()
-        return [c for c in self.calls if dotted(c.func) == m and self.inside(c, loop) and (b is None or c.lineno <= b.lineno) and (c.args or c.keywords)]
+        return [c for c in self.calls if dotted(c.func) == m and self.in_training(c) and (b is None or c.lineno <= b.lineno) and (c.args or c.keywords)]
+
+    @cached_property
+    def prediction_functions(self) -> set[str]:
+        """Plain functions the training step calls before backward() to compute the prediction (a functional model)."""
+        b = self._backward_stmt()
+        if b is None:
+            return set()
+        defined = {n.name for n in self.tree.body if isinstance(n, ast.FunctionDef)}
+        step = self.step_function.name if self.step_function is not None else None
+        return {c.func.id for c in self.calls if isinstance(c.func, ast.Name) and c.func.id in defined and c.func.id != step
+                and self.in_training(c) and c.lineno <= b.lineno}
 
     def lone_permutations(self) -> list[ast.stmt]:
         """Statements that reorder one tensor alone (``y = y[torch.randperm(n)]``, ``random.shuffle(labels)``): labels

@@ -4,6 +4,7 @@ call of a layer, the softmax that feeds the loss, the sigmoids inside the networ
 from __future__ import annotations
 
 import ast
+import re
 from typing import TYPE_CHECKING, Any
 
 from .script import INPLACE_INIT, Script, dotted, kwarg, number, short
@@ -52,7 +53,7 @@ def _loss_inputs(s: Script) -> list[ast.AST]:
         out.append(arg)
         name = dotted(arg)
         if name:
-            out += [st.value for st in s.assignments_to(name) if isinstance(st, ast.Assign) and (s.loop is None or s.inside(st, s.loop))]
+            out += [st.value for st in s.assignments_to(name) if isinstance(st, ast.Assign) and (s.loop is None or s.in_training(st))]
     return out
 
 
@@ -150,14 +151,17 @@ def weight_edits(c: Context, module: str) -> list[ast.stmt]:
     s = c.script
     inside = [m.name for m in c.data.modules if m.name == module or module and m.name.startswith(module + ".")]
     attrs = {n.rpartition(".")[2] for n in inside if n}
-    patterns = {f".{a}.weight" for a in attrs if not a.isdigit()} | {f".{a}.bias" for a in attrs if not a.isdigit()}
-    patterns |= {f"[{a}].weight" for a in attrs if a.isdigit()} | {f"[{a}].bias" for a in attrs if a.isdigit()}
+    # .fc.weight, .self_attn.in_proj_weight, [2].bias, params["layer0"].weight, params["layer0"]["weight"]
+    alts = [rf"\.{re.escape(a)}\.\w*(weight|bias)\b" for a in attrs if not a.isdigit()]
+    alts += [rf"\[{a}\]\.\w*(weight|bias)\b" for a in attrs if a.isdigit()]
+    alts += [rf"\[['\"]{re.escape(a)}['\"]\](\.|\[)" for a in attrs]
+    pattern = re.compile("|".join(alts)) if alts else None
     out: list[ast.stmt] = []
     for st in ast.walk(s.tree):
-        if not isinstance(st, (ast.Expr, ast.Assign, ast.AugAssign)) or (s.loop is not None and s.inside(st, s.loop)):
+        if not isinstance(st, (ast.Expr, ast.Assign, ast.AugAssign)) or s.in_training(st):
             continue
         text = ast.unparse(st)
-        if not any(p in text for p in patterns):
+        if pattern is None or not pattern.search(text):
             continue
         edits = isinstance(st, ast.AugAssign) or any(isinstance(k, ast.Call) and short(k.func) in INPLACE_INIT for k in ast.walk(st))
         edits = edits or (isinstance(st, ast.Assign) and any(short(t) == "data" or isinstance(t, ast.Attribute) and t.attr in ("weight", "bias")

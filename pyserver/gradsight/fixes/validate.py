@@ -6,7 +6,7 @@ script's folder first), so its seeds and data are the same. K is the anomaly's s
 whole run when it is short. The re-run is compared with the original: exit status, whether a root cause of
 the same kind remains, the loss at the last step both ran, the largest gradient norm. A re-run is stopped as
 soon as it is clearly worse (its loss non-finite where the original's was finite, or 10x the original's for
-several steps). Verdicts go into the run store's ``validations`` table, so the diagnosis, the reports and
+several steps, and above where the original started). Verdicts go into the run store's ``validations`` table, so the diagnosis, the reports and
 the editor list validated fixes first with their measured effect.
 """
 
@@ -104,6 +104,8 @@ def _watch(proc: subprocess.Popen[bytes], store: Path, before: dict[int, float])
 
     bad = 0
     seen = 0
+    start = [v for _, v in sorted(before.items()) if np.isfinite(v)][:5]
+    ceiling = 1.5 * max(start) if start else float("inf")  # worse than the run was at its start
     while proc.poll() is None:
         time.sleep(0.5)
         if not store.exists():
@@ -120,14 +122,15 @@ def _watch(proc: subprocess.Popen[bytes], store: Path, before: dict[int, float])
             old = before.get(int(s))
             if old is None or not np.isfinite(old):
                 continue
-            if not np.isfinite(v) or v > WORSE_FACTOR * max(abs(old), 1e-3):
+            if not np.isfinite(v) or (v > WORSE_FACTOR * max(abs(old), 1e-3) and v > ceiling):
                 bad += 1
             else:
                 bad = 0
         if bad >= WORSE_STEPS:
             proc.kill()
             proc.wait()
-            return f"stopped early: the loss was >{WORSE_FACTOR:g}x the original's (or not finite) for {WORSE_STEPS} steps"
+            return (f"stopped early: the loss was >{WORSE_FACTOR:g}x the original's and above its starting loss (or not finite)"
+                    f" for {WORSE_STEPS} steps")
     return None
 
 
@@ -183,6 +186,8 @@ def run_one(data: RunData, fix: dict[str, Any], k_steps: int, cause_kind: str | 
     same = cause is not None and cause_kind is not None and cause.kind == cause_kind
     ok_exit = status == 0
     lower = loss1 < loss0 if np.isfinite(loss0) else np.isfinite(loss1)
+    if not lower and _improper(before) and np.isfinite(loss1) and min(after.values(), default=0.0) >= 0:
+        lower = True  # the faulty loss went below 0, which no proper loss does (targets outside the loss's range): not a fit to beat
     label = kinds.label(cause_kind) if cause_kind else "the fault"
     parts = [f"{'no ' + label if not same else label + ' remains'} through step {last}",
              f"loss {_num(loss1)} vs {_num(loss0)} at step {at1 or upto}", f"grad norm <= {_num(g1)} (was {_num(g0)})"]
@@ -201,6 +206,11 @@ def run_one(data: RunData, fix: dict[str, Any], k_steps: int, cause_kind: str | 
     rc = None if cause is None else {"module": cause.module, "kind": cause.kind}
     return Outcome(fix["id"], title, verdict, summary, effect, status, rc, _finite(loss1), _finite(loss0), at1 or upto,
                    _finite(g1), _finite(g0), last, seconds)
+
+
+def _improper(losses: dict[int, float]) -> bool:
+    vals = [v for v in losses.values() if np.isfinite(v)]
+    return bool(vals) and min(vals) < 0
 
 
 def _num(v: float) -> str:
@@ -250,7 +260,7 @@ def validate(store: str, fix_ids: list[str] | None = None, top: int = 3, steps: 
                 out = fut.result()
                 results[i] = out
                 done += 1
-                add_validation(store, out.fix, out.verdict, out.summary, out.effect, out.as_json())
+                add_validation(store, out.fix, out.verdict, out.summary, out.effect, {**out.as_json(), "digest": chosen[i].get("digest")})
                 if progress is not None:
                     progress(done, len(chosen), out)
     finally:

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 import glob
 import logging
 import os
 import time
+import uuid
+from collections.abc import Generator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -15,6 +18,7 @@ from urllib.parse import unquote
 
 from lsprotocol import types as lsp
 from pygls.lsp.server import LanguageServer
+from pygls.protocol import LanguageServerProtocol, lsp_method
 from pygls.uris import from_fs_path, to_fs_path
 from pygls.workspace import TextDocument
 
@@ -22,15 +26,25 @@ from .. import __version__
 from ..analysis.data import ACTIVATIONS
 from ..store import RunStore, StoreError, add_watch
 from ..store.reader import quick_state, signature
-from . import commands, edits, render
+from . import commands, edits, render, validation
 from .render import LineLayers
 from .runs import DEFAULT_RUNS_FOLDER, RunView, build_view, runs_in
 from .sourcemap import resolve, same_file
 
 log = logging.getLogger("gradsight.server")
 SOURCE = "gradsight"
+VALIDATE_TOP = 3  # fixes a "Validate fixes" re-runs
 SEVERITY = {"error": lsp.DiagnosticSeverity.Error, "warning": lsp.DiagnosticSeverity.Warning, "info": lsp.DiagnosticSeverity.Information}
 KINDS_DOC = Path(__file__).resolve().parent.parent / "docs" / "kinds.md"
+# the workDoneToken of the workspace/executeCommand request being handled (pygls hands commands their arguments only)
+WORK_DONE: contextvars.ContextVar[lsp.ProgressToken | None] = contextvars.ContextVar("gradsight_work_done", default=None)
+
+
+class Protocol(LanguageServerProtocol):
+    @lsp_method(lsp.WORKSPACE_EXECUTE_COMMAND)
+    def lsp_workspace__execute_command(self, params: lsp.ExecuteCommandParams) -> Generator[Any, Any, Any]:
+        WORK_DONE.set(params.work_done_token)  # copied into the command's task when it starts, just after this
+        return (yield from super().lsp_workspace__execute_command(params))
 
 
 @dataclass
@@ -59,7 +73,7 @@ class Options:
 
 class GradsightServer(LanguageServer):
     def __init__(self) -> None:
-        super().__init__("gradsight", __version__)
+        super().__init__("gradsight", __version__, protocol_cls=Protocol)
         self.options = Options()
         self.view: RunView | None = None
         self.sig: tuple[Any, ...] | None = None
@@ -73,6 +87,9 @@ class GradsightServer(LanguageServer):
         self.built_at = 0.0
         self.last_records: list[dict[str, Any]] = []
         self.quick_sig: tuple[Any, ...] | None = None
+        self.fix_cache: tuple[Any, list[dict[str, Any]]] | None = None
+        self.verdicts: dict[str, dict[str, dict[str, Any]]] = {}  # run -> fix id -> what a validation this session ran said
+        self.validations: dict[str, asyncio.Task[dict[str, Any]]] = {}  # run -> the validation running for it
 
     # -- where things are --------------------------------------------------------------
     def root(self) -> str:
@@ -165,9 +182,28 @@ class GradsightServer(LanguageServer):
         return None
 
     def fixes(self) -> list[dict[str, Any]]:
-        return edits.fixes_for(self.view, self.script_text(), self.module_lines()) if self.view is not None else []
+        """The run's fixes placed in the current text (the editor's buffers), best first by what validation said."""
+        view = self.view
+        if view is None:
+            return []
+        script, lines = self.script_text(), self.module_lines()
+        on_disk = view.data.run.get("script") if view.data is not None and script is None else None
+        key = (id(view), view.built, script, _mtime(str(on_disk)) if on_disk else None, tuple(sorted(lines.items())))
+        if self.fix_cache is None or self.fix_cache[0] != key:
+            self.fix_cache = (key, edits.fixes_for(view, script, lines, self.verdicts.get(view.path)))
+        return edits.with_verdicts(self.fix_cache[1], self.verdicts.get(view.path))
+
+    def placed(self, fixes: list[dict[str, Any]] | None = None, hidden: bool = False) -> list[edits.Placed]:
+        """The fixes that have a place in the code, in order; those a re-run showed harmful only with ``hidden``."""
+        out = []
+        for f in self.fixes() if fixes is None else fixes:
+            p = edits.place(f, self.file_lines)
+            if p is not None and (hidden or not p.hidden):
+                out.append(p)
+        return out
 
     def file_lines(self, path: str) -> list[str]:
+        """A file's current lines with their line ends: the open document's, else the file on disk."""
         for uri in list(self.workspace.text_documents):
             if same_file(path, to_fs_path(uri) or uri):
                 doc = self.document(uri)
@@ -177,10 +213,18 @@ class GradsightServer(LanguageServer):
         except OSError:
             return []
 
-    def insertion_edit(self, ins: edits.Insertion) -> lsp.WorkspaceEdit:
-        uri = self.uri_of(ins.file)
-        pos = lsp.Position(line=ins.line - 1, character=0)
-        return lsp.WorkspaceEdit(changes={uri: [lsp.TextEdit(range=lsp.Range(start=pos, end=pos), new_text=ins.text)]})
+    def workspace_edit(self, fix: edits.Placed) -> lsp.WorkspaceEdit:
+        """All of a fix's edits, in the files' current text, as one WorkspaceEdit."""
+        changes: dict[str, list[lsp.TextEdit]] = {}
+        texts: dict[str, list[str]] = {}
+        for c in fix.changes:
+            uri = self.uri_of(c.file)
+            if uri not in texts:
+                texts[uri] = self.file_lines(c.file)
+            (sl, sc), (el, ec), text = edits.line_range(c, texts[uri])
+            rng = lsp.Range(start=lsp.Position(line=sl, character=sc), end=lsp.Position(line=el, character=ec))
+            changes.setdefault(uri, []).append(lsp.TextEdit(range=rng, new_text=text))
+        return lsp.WorkspaceEdit(changes=changes)
 
     def uri_of(self, path: str) -> str:
         for uri in list(self.workspace.text_documents):
@@ -188,14 +232,78 @@ class GradsightServer(LanguageServer):
                 return uri
         return from_fs_path(path) or path
 
-    def insertions(self, fixes: list[dict[str, Any]]) -> list[edits.Insertion]:
-        out = []
-        for f in fixes:
-            where = f.get("where") or {}
-            ins = edits.insertion(f, [ln.rstrip("\n") for ln in self.file_lines(where["file"])] if where.get("file") else None)
-            if ins is not None:
-                out.append(ins)
-        return out
+    def cause_line(self, uri: str, doc: TextDocument) -> int | None:
+        """The 1-based line of ``uri`` where the root cause is (its module's creation line, or the script's optimizer,
+        loss or data line), or None."""
+        view = self.view
+        rc = (view.diagnosis or {}).get("root_cause") if view is not None else None
+        if view is None or view.data is None or not rc:
+            return None
+        return next((p.line for p in render.problems(view, self.entries(uri), doc.source, self.is_script(uri))
+                     if p.module == rc["module"] and p.code == rc["kind"]), None)
+
+    def targeting(self, placed: list[edits.Placed], uri: str, lines: set[int]) -> list[edits.Placed]:
+        """The fixes whose target (or a line they replace) is on one of ``lines`` (1-based) of ``uri``."""
+        path = to_fs_path(uri) or uri
+        return [p for p in placed if any(n in lines and same_file(f, path) for f, n in p.lines)]
+
+    # -- validating fixes ---------------------------------------------------------------
+    def progress_supported(self) -> bool:
+        caps = self.client_capabilities.window if self.client_capabilities else None
+        return bool(caps is not None and caps.work_done_progress)
+
+    async def validate(self, run: str, argv: list[str], what: str, token: lsp.ProgressToken | None) -> dict[str, Any]:
+        """Run ``gradsight validate`` for ``run`` with work-done progress on ``token`` (the client's, else one this
+        server creates when the client allows), then take its verdicts in and show them."""
+        progress = self.work_done_progress
+        if token is None and self.progress_supported():
+            token = f"gradsight-validate-{uuid.uuid4()}"
+            try:
+                await progress.create_async(token)
+            except Exception:  # the client declined: no progress, the validation still runs
+                log.info("the client refused a progress token", exc_info=True)
+                token = None
+        name = os.path.basename(run)
+        task = asyncio.current_task()
+        if token is not None:
+            progress.begin(token, lsp.WorkDoneProgressBegin(title="gradsight: validating fixes", message=f"{what} for {name}",
+                                                            percentage=0, cancellable=True))
+            cancel = progress.tokens.get(token)
+            if cancel is not None and task is not None:  # the user cancelled the progress (window/workDoneProgress/cancel)
+                loop = asyncio.get_running_loop()
+                cancel.add_done_callback(lambda f: loop.call_soon_threadsafe(task.cancel) if f.cancelled() else None)
+
+        def report(step: validation.Step) -> None:
+            if token is not None:
+                done = f"{step.done}/{step.total}" if step.total else ""
+                pct = step.percentage
+                progress.report(token, lsp.WorkDoneProgressReport(message=f"{done} {step.message}".strip(),
+                                                                  percentage=None if pct is None else min(99, pct)))
+
+        def end(message: str) -> None:
+            if token is not None:
+                progress.end(token, lsp.WorkDoneProgressEnd(message=message))
+
+        try:
+            result = await validation.run(argv, cwd=self.root(), on_progress=report, on_line=lambda ln: log.info("validate: %s", ln))
+        except asyncio.CancelledError:
+            end("cancelled")
+            raise commands.CommandError(f"the validation of {name}'s fixes was cancelled") from None
+        except (validation.ValidateError, OSError) as exc:
+            end(f"failed: {exc}")
+            raise commands.CommandError(f"gradsight validate {name}: {exc}") from exc
+        found = validation.verdicts(result)
+        self.verdicts.setdefault(run, {}).update(found)
+        end(verdict_summary(found) or "no fix to validate")
+        if self.view is not None and self.view.path == run:  # the store now holds the verdicts: analyse it again
+            loop = asyncio.get_running_loop()
+            view = await loop.run_in_executor(None, functools.partial(build_view, run, overrides=self.options.thresholds))
+            self.view, self.sig = view, await loop.run_in_executor(None, signature, run)
+            self.built_at = time.monotonic()
+        self.fix_cache = None
+        self.publish()
+        self.refresh_client()
+        return {**result, "run": run}
 
     # -- pushing to the client -------------------------------------------------------
     def publish(self) -> None:
@@ -310,6 +418,15 @@ class GradsightServer(LanguageServer):
             self.follower = asyncio.get_running_loop().create_task(self.follow())
 
 
+def verdict_summary(found: dict[str, dict[str, Any]]) -> str:
+    """``1 validated, 2 did not help``."""
+    counts: dict[str, int] = {}
+    for v in found.values():
+        counts[v["verdict"]] = counts.get(v["verdict"], 0) + 1
+    order = [*edits.VERDICTS, *sorted(set(counts) - set(edits.VERDICTS))]
+    return ", ".join(f"{counts[k]} {k.replace('_', ' ')}" for k in order if k in counts)
+
+
 def _mtime(path: str) -> float:
     try:
         return max(os.path.getmtime(p) for p in (path, path + "-wal") if os.path.exists(p))
@@ -337,6 +454,16 @@ def on_initialize(ls: GradsightServer, params: lsp.InitializeParams) -> None:
 @server.feature(lsp.INITIALIZED)
 async def on_initialized(ls: GradsightServer, params: lsp.InitializedParams) -> None:
     ls.restart_following()
+
+
+@server.feature(lsp.SHUTDOWN)
+async def on_shutdown(ls: GradsightServer, *args: Any) -> None:
+    """No validation goes on behind a server that stops: its re-runs are stopped too."""
+    running = [t for t in ls.validations.values() if not t.done()]
+    for t in running:
+        t.cancel()
+    if running:
+        await asyncio.wait(running, timeout=validation.STOP_WAIT_S + 2)
 
 
 @server.feature(lsp.WORKSPACE_DID_CHANGE_CONFIGURATION)
@@ -378,9 +505,26 @@ def hover(ls: GradsightServer, params: lsp.HoverParams) -> lsp.Hover | None:
         source_line = doc.lines[line] if 0 <= line < len(doc.lines) else ""
         if render.loop_kind(source_line) and (ls.is_script(uri) or view.data is None or not view.data.run.get("script")):
             text = render.loop_hover(view)
+    here = hover_fixes(ls, uri, doc, line + 1, entry)
+    if here:
+        details = {f["id"]: f for f in ls.fixes()}
+        text = (text + "\n\n" if text else "**gradsight** · fixes for this line\n\n") + "\n".join(render.fix_lines(here, details))
     if not text:
         return None
     return lsp.Hover(contents=lsp.MarkupContent(kind=lsp.MarkupKind.Markdown, value=text))
+
+
+def hover_fixes(ls: GradsightServer, uri: str, doc: TextDocument, line: int, entry: LineLayers | None) -> list[edits.Placed]:
+    """The fixes a hover on ``line`` (1-based) lists: all of them on the root cause's line, else those that go there."""
+    view = ls.view
+    if view is None or view.data is None or not (view.diagnosis or {}).get("root_cause"):
+        return []
+    placed = ls.placed()
+    if not placed:
+        return []
+    if ls.cause_line(uri, doc) == line:
+        return placed
+    return ls.targeting(placed, uri, {line})
 
 
 @server.feature(lsp.TEXT_DOCUMENT_INLAY_HINT)
@@ -411,6 +555,8 @@ def inlay_hints(ls: GradsightServer, params: lsp.InlayHintParams) -> list[lsp.In
 
 @server.feature(lsp.TEXT_DOCUMENT_CODE_ACTION, lsp.CodeActionOptions(code_action_kinds=[lsp.CodeActionKind.QuickFix]))
 def code_actions(ls: GradsightServer, params: lsp.CodeActionParams) -> list[lsp.CodeAction] | None:
+    """The light bulb: on the root cause's line (and a flagged layer's, and the training loop's) its fixes; on the line
+    a fix goes to (the optimizer's, the data's, ...) that fix. Validated fixes first, harmful ones never."""
     view = ls.view
     uri = params.text_document.uri
     doc = ls.document(uri)
@@ -422,39 +568,49 @@ def code_actions(ls: GradsightServer, params: lsp.CodeActionParams) -> list[lsp.
     on_line = {m for e in ls.entries(uri) if e.line in lines for m in e.modules}
     problem_lines = {p.line for p in render.problems(view, ls.entries(uri), doc.source, ls.is_script(uri))}
     loop_line = ls.is_script(uri) and any(render.loop_kind(doc.lines[n - 1]) for n in lines if 0 < n <= len(doc.lines))
-    if not on_line and not (lines & problem_lines) and not loop_line:
-        return []
-    fixes = ls.fixes()
-    if on_line and not loop_line:  # a layer line: its own fixes, or all of them where the root cause is
-        fixes = [f for f in fixes if f.get("module") in on_line] or (fixes if lines & problem_lines else [])
+    placed = ls.placed()
+    targeted = {p.fix_id for p in ls.targeting(placed, uri, lines)}
+    chosen: set[str] = set()
+    if on_line or lines & problem_lines or loop_line:
+        chosen = {p.fix_id for p in placed}
+        if on_line and not loop_line:  # a layer line: its own fixes, or all of them where the root cause is
+            fixes = {f["id"]: f for f in ls.fixes()}
+            own = {i for i in chosen if (fixes.get(i) or {}).get("module") in on_line}
+            chosen = own or (chosen if lines & problem_lines else set())
+    offered = [p for p in placed if p.fix_id in chosen | targeted]
     ours = [d for d in params.context.diagnostics if d.source == SOURCE]
-    out = []
-    for i, ins in enumerate(ls.insertions(fixes)):
-        out.append(lsp.CodeAction(title=f"Insert fix: {ins.title}", kind=lsp.CodeActionKind.QuickFix, edit=ls.insertion_edit(ins),
-                                  diagnostics=ours or None, is_preferred=i == 0, data={"fix": ins.fix_id}))
-    return out
+    return [lsp.CodeAction(title=f"Apply fix: {p.label}", kind=lsp.CodeActionKind.QuickFix, edit=ls.workspace_edit(p),
+                           diagnostics=ours or None, is_preferred=i == 0, data={"fix": p.fix_id, "verdict": p.verdict})
+            for i, p in enumerate(offered)]
 
 
 @server.feature(lsp.TEXT_DOCUMENT_CODE_LENS)
 def code_lens(ls: GradsightServer, params: lsp.CodeLensParams) -> list[lsp.CodeLens] | None:
+    """Above the root cause's line: "Apply fix: <the best fix>", "Validate fixes" (``gradsight.validate``), the heatmap."""
     view = ls.view
     uri = params.text_document.uri
     doc = ls.document(uri)
     if doc is None:
         return None
-    if view is None or view.data is None or not (view.diagnosis or {}).get("root_cause"):
+    if view is None or view.data is None:
         return []
-    rc = view.diagnosis["root_cause"] if view.diagnosis else None
-    line = next((p.line for p in render.problems(view, ls.entries(uri), doc.source, ls.is_script(uri))
-                 if rc and p.module == rc["module"] and p.code == rc["kind"]), None)
+    line = ls.cause_line(uri, doc)
     if line is None:
         return []
-    fix = next(iter(ls.insertions(ls.fixes())), None)
     rng = lsp.Range(start=lsp.Position(line=line - 1, character=0), end=lsp.Position(line=line - 1, character=0))
+    every = ls.placed(hidden=True)
+    shown = [p for p in every if not p.hidden]
     lenses = []
-    if fix is not None:
-        lenses.append(lsp.CodeLens(range=rng, command=lsp.Command(title=f"Apply fix: {fix.title}", command="gradsight.applyFix",
-                                                                  arguments=[{"id": fix.fix_id}])))
+    if shown:
+        top = shown[0]
+        lenses.append(lsp.CodeLens(range=rng, command=lsp.Command(title=f"Apply fix: {top.label}", command="gradsight.applyFix",
+                                                                  arguments=[{"id": top.fix_id}])))
+    if every:
+        running = view.path in ls.validations and not ls.validations[view.path].done()
+        said = verdict_summary({p.fix_id: {"verdict": p.verdict} for p in every if p.verdict})
+        title = "Validate fixes: running…" if running else "Validate fixes" + (f" again ({said})" if said else "")
+        lenses.append(lsp.CodeLens(range=rng, command=lsp.Command(title=title, command="gradsight.validate",
+                                                                  arguments=[{"run": view.path, "top": VALIDATE_TOP}])))
     lenses.append(lsp.CodeLens(range=rng, command=lsp.Command(title="Show heatmap", command="gradsight.showHeatmap",
                                                               arguments=[{"run": view.path}])))
     return lenses
@@ -581,19 +737,75 @@ async def export_report(ls: GradsightServer, *args: Any) -> dict[str, Any]:
 
 @server.command("gradsight.fixes")
 def list_fixes(ls: GradsightServer, *args: Any) -> list[dict[str, Any]]:
+    """The run's fixes, best first, each with its place in the current text (``place``: null where it has none) and
+    what validation said (``validated``); ``hidden`` for those the editor does not offer: a re-run showed them harmful,
+    or they are in the code already (``applied``)."""
     fixes = ls.fixes()
-    placed = {i.fix_id: i for i in ls.insertions(fixes)}
-    return [{**f, "insertion": None if f["id"] not in placed else {"uri": ls.uri_of(placed[f["id"]].file),
-                                                                    "line": placed[f["id"]].line - 1, "text": placed[f["id"]].text}}
-            for f in fixes]
+    placed = {p.fix_id: p for p in ls.placed(fixes, hidden=True)}
+    out = []
+    for f in fixes:
+        p = placed.get(f["id"]) if isinstance(f.get("id"), str) else None
+        place = None if p is None else {
+            "uri": ls.uri_of(p.file), "line": p.line - 1, "label": p.label,
+            "edits": [{"uri": ls.uri_of(c.file), "start": c.start - 1, "end": c.end - 1, "text": c.text} for c in p.changes]}
+        first = p.changes[0] if p is not None else None
+        insertion = None if p is None or first is None else {"uri": ls.uri_of(first.file), "line": first.start - 1, "text": first.text}
+        out.append({**f, "validated": edits.verdict_of(f), "hidden": bool(p and p.hidden), "applied": bool(p and p.applied),
+                    "place": place, "insertion": insertion})
+    return out
 
 
 @server.command("gradsight.applyFix")
 async def apply_fix(ls: GradsightServer, *args: Any) -> dict[str, Any]:
     fix_id = _arg(args).get("id")
-    ins = next((i for i in ls.insertions(ls.fixes()) if i.fix_id == fix_id), None)
-    if ins is None:
+    fix = next((p for p in ls.placed(hidden=True) if p.fix_id == fix_id), None)
+    if fix is None:
         raise commands.CommandError(f"no fix {fix_id!r} with a place in the code for the current run")
-    result = await ls.workspace_apply_edit_async(lsp.ApplyWorkspaceEditParams(edit=ls.insertion_edit(ins), label=f"gradsight: {ins.title}"))
-    return {"applied": bool(result.applied), "id": ins.fix_id, "uri": ls.uri_of(ins.file), "line": ins.line - 1,
-            "validation": list(ins.validation), "reason": result.failure_reason}
+    edit = ls.workspace_edit(fix)
+    result = await ls.workspace_apply_edit_async(lsp.ApplyWorkspaceEditParams(edit=edit, label=f"gradsight: {fix.title}"))
+    return {"applied": bool(result.applied), "id": fix.fix_id, "uri": ls.uri_of(fix.file), "line": fix.line - 1,
+            "files": sorted((edit.changes or {}).keys()), "validation": list(fix.validation), "verdict": fix.verdict,
+            "effect": fix.effect, "reason": result.failure_reason}
+
+
+@server.command("gradsight.validate")
+async def validate_fixes(ls: GradsightServer, *args: Any) -> dict[str, Any]:
+    """``{run?, top? (3), fix?, steps?}``: re-run the run's script with each of its best fixes (``gradsight validate``)
+    in the background, with work-done progress; answers ``{"fixes": [{id, verdict, summary, effect}], "run", ...}``
+    and shows the verdicts (validated fixes first). A second call for a run being validated waits for that one."""
+    a = _arg(args)
+    token = WORK_DONE.get()
+    run = a.get("run") or (ls.view.path if ls.view is not None else None)
+    if not isinstance(run, str) or not run:
+        raise commands.CommandError(f"no run to validate: none open and none in {ls.runs_folder()}")
+    run = os.path.abspath(os.path.join(ls.root(), os.path.expanduser(run)))
+    if not os.path.isfile(run):
+        raise commands.CommandError(f"{run}: no such run store")
+    top = a.get("top", VALIDATE_TOP)
+    if isinstance(top, bool) or not isinstance(top, int) or top < 1:
+        raise commands.CommandError(f"top must be a whole number of fixes (1 or more), got {top!r}")
+    fix = a.get("fix")
+    if fix is not None and (not isinstance(fix, str) or not fix):
+        raise commands.CommandError(f"fix must be a fix's id, got {fix!r}")
+    steps = a.get("steps")
+    if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps < 1):
+        raise commands.CommandError(f"steps must be a whole number of steps, got {steps!r}")
+    running = ls.validations.get(run)
+    if running is not None and not running.done():
+        return await asyncio.shield(running)
+    argv = validation.command(run, top=top, fix=fix, steps=steps)
+    what = f"fix {fix}" if fix else f"the top {top} fix{'es' if top != 1 else ''}"
+    task = asyncio.get_running_loop().create_task(ls.validate(run, argv, what, token))
+    ls.validations[run] = task
+    task.add_done_callback(lambda t: ls.validations.pop(run) if ls.validations.get(run) is t else None)
+    ls.refresh_client()  # the CodeLens says it runs
+    return await task
+
+
+@server.command("gradsight.cancelValidate")
+def cancel_validate(ls: GradsightServer, *args: Any) -> dict[str, Any]:
+    """``{run?}``: stop the validation of that run (of every run when none is named) and the re-runs it started."""
+    run = _arg(args).get("run")
+    want = os.path.abspath(os.path.join(ls.root(), os.path.expanduser(run))) if isinstance(run, str) and run else None
+    cancelled = [r for r, t in list(ls.validations.items()) if (want is None or r == want) and not t.done() and t.cancel()]
+    return {"cancelled": cancelled}

@@ -13,6 +13,7 @@ import numpy as np
 from ..analysis.summary import anomaly_detail
 from ..fixes import script_names
 from ..kinds import INPUT, LOSS, OPTIMIZER, PLACES, label
+from .edits import DID_NOT_HELP, VALIDATED, Placed
 from .runs import RunView
 
 BARS = "▁▂▃▄▅▆▇█"
@@ -142,6 +143,31 @@ def model_severity(view: RunView) -> str:
 
 def command_link(title: str, command: str, args: list[Any]) -> str:
     return f"[{title}](command:{command}?{urllib.parse.quote(json.dumps(args))})"
+
+
+def fix_lines(placed: list[Placed], details: dict[str, dict[str, Any]], limit: int = 3) -> list[str]:
+    """A hover's fixes, best first: each with what a re-run measured (validated: its effect) or what it is expected
+    to do, and a link that applies it."""
+    out = ["**Fixes**" + (" (best first)" if len(placed) > 1 else "")]
+    for p in placed[:limit]:
+        fix = details.get(p.fix_id) or {}
+        link = command_link("Apply", "gradsight.applyFix", [{"id": p.fix_id}])
+        if p.verdict == VALIDATED:
+            said = "; ".join(x for x in (p.effect, p.summary) if x) or "the re-run no longer shows the fault"
+            out.append(f"- **{p.title}** · validated: {_one_line(said)} · {link}")
+        elif p.verdict == DID_NOT_HELP:
+            out.append(f"- {p.title} · did not help" + (f": {_one_line(p.summary)}" if p.summary else "") + f" · {link}")
+        else:
+            effect = fix.get("effect") if isinstance(fix.get("effect"), str) and fix.get("effect") else None
+            out.append(f"- **{p.title}**" + (f" · expected: {_one_line(effect)}" if effect else "") + " (not validated yet)"
+                       + f" · {link}")
+    if len(placed) > limit:
+        out.append(f"- … {len(placed) - limit} more in the light bulb")
+    return out
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
 
 
 def _fmt(x: float | None) -> str:
