@@ -317,3 +317,35 @@ def test_validate_says_what_is_wrong(tmp_path: Path, healthy: tuple[Path, Path])
     proc = run_gradsight("validate", str(tmp_path / "missing.db"), cwd=tmp_path)
     assert proc.returncode == 2 and "no such file" in proc.stderr
     assert ROOT.exists()
+
+
+BF16 = """
+import torch
+import torch.nn as nn
+torch.manual_seed(0)
+X = torch.randn(256, 8)
+Y = (X[:, :4].sum(1) > 0).long()
+model = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 2)).to(torch.bfloat16)
+opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+for epoch in range(5):
+    for i in range(0, 256, 32):
+        xb = X[i:i + 32].to(torch.bfloat16)
+        opt.zero_grad()
+        loss = nn.functional.cross_entropy(model(xb).float(), Y[i:i + 32])
+        loss.backward()
+        opt.step()
+"""
+
+
+def test_bf16_weights_are_recorded_and_the_fix_keeps_them_in_float32(tmp_path: Path) -> None:
+    """A model trained in bf16 is recorded at every step (numpy has no bf16), and the fix for its lost updates
+    removes the casts of the model and of the inputs made to match it, so the fixed script runs."""
+    script, store = trace(tmp_path, "bf16", BF16)
+    data = load(str(store))
+    assert data.n_steps == 40 and not [e for e in data.events if e.kind == "warning" and e.name == "internal_error"]
+    fixes = {f["id"]: f for f in fixes_of(script, store)}
+    fix = fixes["fp32-master-weights"]
+    patched = apply(script.read_text(), [Edit(**e) for e in fix["edits"]])
+    code = "\n".join(ln.split("#", 1)[0] for ln in patched.splitlines())  # (the fix's comments name what it removed)
+    assert "bfloat16" not in code, patched
+    assert runs(script, fix["edits"], tmp_path).returncode == 0

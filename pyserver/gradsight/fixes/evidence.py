@@ -595,6 +595,22 @@ def attention_mask_arg(c: Context) -> bool:
 
 
 @premise
+def masks_hide_keys(c: Context) -> bool:
+    """An attention layer saw only a few of its keys (a mask that hides the tokens, or all but one of them):
+    fewer than 30% of the keys (at most 1.5) got any attention."""
+    for o in c.data.observed("attention"):
+        valid, keys = o.data.get("valid_keys") or [], float(o.data.get("keys") or 0)
+        if valid and keys > 1 and float(np.mean(valid)) <= max(1.5, 0.3 * keys):
+            return True
+    return False
+
+
+@premise
+def random_label_writes(c: Context) -> bool:
+    return bool(c.script.random_writes())
+
+
+@premise
 def epoch_loop(c: Context) -> bool:
     return c.script.loop is not None and c.script.inner_loop is not None and c.script.loop is not c.script.inner_loop
 

@@ -656,6 +656,15 @@ def transform_input(c: Context, p: Patch, how: str) -> str:
 
 
 @placer
+def delete_random_writes(c: Context, p: Patch) -> str:
+    stmts = c.script.random_writes()
+    if not stmts:
+        raise NoPlace("nothing writes random values into the data")
+    p.delete_stmts(stmts, "the data keeps its values")
+    return "the data keeps its own values"
+
+
+@placer
 def delete_lone_permutation(c: Context, p: Patch) -> str:
     stmts = c.script.lone_permutations()
     if not stmts:

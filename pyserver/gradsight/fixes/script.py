@@ -68,7 +68,8 @@ LOW_PRECISION = {"bfloat16", "float16", "half"}
 INPLACE_INIT = {"mul_", "div_", "fill_", "zero_", "copy_", "normal_", "uniform_", "add_", "constant_", "zeros_", "ones_", "normal",
                 "uniform", "xavier_uniform_", "xavier_normal_", "kaiming_uniform_", "kaiming_normal_", "orthogonal_", "trunc_normal_",
                 "eye_", "sparse_", "clamp_"}
-MASK_KWARGS = ("key_padding_mask", "attn_mask", "attention_mask", "mask", "src_key_padding_mask", "src_mask", "tgt_mask")
+RANDOM = {"randint", "rand", "randn", "randint_like", "rand_like", "randn_like", "choice", "integers", "random"}
+MASK_KWARGS = ("key_padding_mask", "src_key_padding_mask", "attention_mask", "mask", "attn_mask", "src_mask", "tgt_mask")
 
 
 def _is_number(node: ast.AST) -> bool:
@@ -501,21 +502,25 @@ class Script:
         return [c for c in self.calls_named("eval") if isinstance(c.func, ast.Attribute) and not c.args]
 
     def model_casts(self) -> list[ast.Call]:
-        """``model.to(torch.bfloat16)``, ``model.half()``, ``Net().bfloat16()``: weights kept in low precision."""
+        """Casts to low precision: ``model.to(torch.bfloat16)``, ``Net().half()``, and those of the tensors fed to it
+        (``x.to(torch.bfloat16)``): weights kept in bf16/fp16, and the inputs made to match them."""
         m = self.model
-        out = []
-        for c in self.calls:
-            if not isinstance(c.func, ast.Attribute):
-                continue
-            recv = c.func.value
-            is_model = dotted(recv) == m or (isinstance(recv, ast.Call) and short(recv.func)[:1].isupper())
-            if not is_model:
-                continue
-            if c.func.attr in ("bfloat16", "half") and not c.args:
-                out.append(c)
-            elif c.func.attr == "to" and any(short(a) in LOW_PRECISION for a in list(c.args) + [k.value for k in c.keywords if k.arg == "dtype"]):
-                out.append(c)
-        return out
+
+        def on_model(c: ast.Call) -> bool:
+            recv = c.func.value  # type: ignore[attr-defined]
+            return dotted(recv) == m or (isinstance(recv, ast.Call) and short(recv.func)[:1].isupper())
+
+        casts = [c for c in self.calls if self._low_precision_cast(c)]
+        if not any(on_model(c) for c in casts):
+            return []  # tensors' casts are undone only with the model's
+        return casts
+
+    def _low_precision_cast(self, c: ast.Call) -> bool:
+        if not isinstance(c.func, ast.Attribute):
+            return False
+        if c.func.attr in ("bfloat16", "half") and not c.args:
+            return True
+        return c.func.attr == "to" and any(short(a) in LOW_PRECISION for a in list(c.args) + [k.value for k in c.keywords if k.arg == "dtype"])
 
     def sum_reductions(self) -> list[ast.AST]:
         out: list[ast.AST] = []
@@ -611,13 +616,23 @@ class Script:
         return out
 
     def mask_arguments(self) -> list[ast.AST]:
-        out: list[ast.AST] = []
+        """Attention masks given to calls: padding masks first (a causal attn_mask is rarely the wrong one)."""
+        out: list[tuple[int, ast.AST]] = []
         for c in self.calls:
             for k in c.keywords:
                 if k.arg in MASK_KWARGS and not (isinstance(k.value, ast.Constant) and k.value.value is None):
-                    out.append(k.value)
+                    out.append((MASK_KWARGS.index(k.arg), k.value))
             if short(c.func) == "masked_fill" and c.args:
-                out.append(c.args[0])
+                out.append((len(MASK_KWARGS), c.args[0]))
+        return [n for _, n in sorted(out, key=lambda x: x[0])]
+
+    def random_writes(self) -> list[ast.stmt]:
+        """``y[idx] = torch.randint(...)``: random values written into part of a tensor outside the loop."""
+        out: list[ast.stmt] = []
+        for st in ast.walk(self.tree):
+            if (isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Subscript)
+                    and not self.in_training(st) and any(isinstance(k, ast.Call) and short(k.func) in RANDOM for k in ast.walk(st.value))):
+                out.append(st)
         return out
 
 

@@ -26,6 +26,14 @@ EMBEDDING_BYTES = 8 * 2**20  # per embedding table
 INPUT_BYTES = 4 * 2**20  # per kept input batch
 
 
+def host_array(t: torch.Tensor) -> np.ndarray:
+    """A tensor as a numpy array on the host; bf16 (which numpy lacks) becomes float32."""
+    t = t.detach()
+    if t.dtype == torch.bfloat16:
+        t = t.float()
+    return t.cpu().numpy()
+
+
 def tensor_bytes(value: Any) -> int:
     """Bytes of the tensors in a (nested) argument list, as far as a cheap look goes."""
     if isinstance(value, torch.Tensor):
@@ -122,7 +130,7 @@ def capture(writer: StoreWriter, layout: Layout, names: list[str], step: int, wo
     for in_step, args, kwargs in list(inputs):
         x = first_tensor(args) if args else first_tensor(kwargs)
         if x is not None and budget > 0:
-            arr = fit(local(x).detach().cpu().numpy(), min(budget, INPUT_BYTES))
+            arr = fit(host_array(local(x)), min(budget, INPUT_BYTES))
             budget -= arr.nbytes
             writer.put_tensor(in_step, names[0], "input", arr)
     return budget

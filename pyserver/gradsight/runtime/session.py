@@ -38,7 +38,7 @@ from . import nanorigin
 from . import owntime as ot
 from .activations import FIELDS as ACTIVATION_FIELDS
 from .activations import fit
-from .capture import CAPTURE_MODULES, INPUT_BYTES, Inputs, capture, interesting, worst_modules
+from .capture import CAPTURE_MODULES, INPUT_BYTES, Inputs, capture, host_array, interesting, worst_modules
 from .collect import Collected
 from .defer import Pending, Ring
 from .distributed import Distributed
@@ -717,7 +717,7 @@ class Session:
             if last is not None and last[0] == step and not any(s == step for s, _, _ in self._inputs_written):
                 x = first_tensor(last[1]) if last[1] else first_tensor(last[2])
                 if x is not None:
-                    self.writer.put_tensor(step, w.names[0], "input", fit(local(x).detach().cpu().numpy(), INPUT_BYTES))
+                    self.writer.put_tensor(step, w.names[0], "input", fit(host_array(local(x)), INPUT_BYTES))
                     self._inputs_written.append((step, 0, 0))
         if rec.captured or rec.capture:
             rec.capture, rec.captured = set(), []
