@@ -6,8 +6,9 @@
 // `grad_norm > 50` on `optimizer.step()`, presses F5 on a `gradsight` launch configuration and checks
 // the run pauses on that line at step 30 (where the fault makes the gradient explode), with none of gradsight's
 // frames in the Call Stack and its Debug Console lines as information; then checks the health decorations, the
-// hover, the interactive panel (it fills its area, shows the value under the mouse) and a fix applied from the light
-// bulb. A second run, of a tutorial-style script whose model is a module-level nn.Sequential, follows: the panel
+// hover, the interactive panel (it fills its area, shows the value under the mouse), the CodeLens above the root cause
+// ("Apply fix: ...", "Validate fixes"), a validation of the fixes run from it (VS Code's progress, then the verdicts),
+// the validated fix applied from the CodeLens, and a fix applied from the light bulb. A second run, of a tutorial-style script whose model is a module-level nn.Sequential, follows: the panel
 // shows it, a click on a heatmap cell opens that layer's line, the script's lines have decorations and a layer
 // hover. A third run, of an attention model with a collapsed head: the attention view shows a head's map and the
 // entropy per head (the collapsed head named), and the histogram and projection views render.
@@ -205,6 +206,7 @@ async function scenario(page, port) {
     const source = readFileSync(join(WS, 'train.py'), 'utf8').split('\n');
     const stepLine = source.findIndex((l) => l.includes('optimizer.step()')) + 1;
     const fc1Line = source.findIndex((l) => l.includes('self.fc1 = nn.Linear')) + 1;
+    const optimizerLine = source.findIndex((l) => l.includes('optimizer = torch.optim')) + 1;
 
     await step(page, 'open the workspace and the script', null, async () => {
         await page.goto(`http://127.0.0.1:${port}/?folder=${encodeURIComponent(WS)}`);
@@ -305,20 +307,79 @@ async function scenario(page, port) {
         log(`under the mouse: ${await tip.textContent()}`);
     });
 
-    await step(page, 'apply a fix from the light bulb', 'e2e-6-fix-applied.png', async () => {
+    const lens = (text) => page.locator('.monaco-editor .codelens-decoration a', { hasText: text }).first();
+    const fixCount = () => (readFileSync(join(WS, 'train.py'), 'utf8').match(/# gradsight fix '/g) ?? []).length;
+
+    await step(page, 'the CodeLens above the root cause: Apply fix and Validate fixes', 'e2e-6a-codelens.png', async () => {
         await page.locator('.tabs-container .tab', { hasText: 'train.py' }).first().click(); // back to the editor with train.py
-        await goToLine(page, fc1Line);
-        await page.keyboard.press('Control+.');
-        const item = page.locator('.action-widget .monaco-list-row', { hasText: 'Insert fix' }).first();
-        await item.waitFor({ timeout: 30000 });
-        const title = (await item.textContent()).trim();
-        await item.click();
+        // the root cause is the optimizer's learning rate (its line) or a layer (its line): look at both
+        const found = async (line) => {
+            await goToLine(page, line);
+            return waitFor(async () => (await lens('Apply fix:').count()) > 0 && (await lens('Validate fixes').count()) > 0, 20000, 'the CodeLens')
+                .then(() => true, () => false);
+        };
+        if (!(await found(optimizerLine)) && !(await found(fc1Line))) { throw new Error('no "Apply fix: ..." / "Validate fixes" CodeLens in train.py'); }
+        log(`CodeLens: ${(await page.locator('.monaco-editor .codelens-decoration').first().textContent()).replace(/\s+/g, ' ')}`);
+    });
+
+    await step(page, 'Validate fixes from the CodeLens: the progress notification, then the verdicts', 'e2e-6b-validated.png', async () => {
+        await palette(page, 'Notifications: Clear All Notifications');
+        await lens('Validate fixes').click();
+        const toast = (text) => page.locator('.notifications-toasts .notification-toast', { hasText: text }).first();
+        await toast('validating fixes').waitFor({ timeout: 30000 }); // VS Code's progress, with the server's $/progress lines
+        log(`progress: ${(await toast('validating fixes').innerText()).replace(/\s+/g, ' ').slice(0, 200)}`);
+        const done = toast(/\d+ of \d+ fix(es)? validated|fix(es)? removed the fault/);
+        await done.waitFor({ timeout: 300000 });
+        const said = (await done.innerText()).replace(/\s+/g, ' ');
+        log(`verdicts: ${said.slice(0, 400)}`);
+        if (!/[1-9]\d* of \d+ fix(es)? validated/.test(said)) { throw new Error(`no fix was validated: ${said.slice(0, 400)}`); }
+        await waitFor(async () => (await lens('Validate fixes again').count()) > 0 && (await lens('(validated)').count()) > 0,
+            30000, 'the CodeLens to show the validated fix first');
+        // the panel's fixes: the validated one first, with the effect the re-run measured, and its own "Validate fixes" button
+        const f = await frameWith(page, '#fixes .fix-row[data-verdict="validated"]', 30000, "the panel's validated fix");
+        const first = f.locator('#fixes .fix-row').first();
+        if ((await first.getAttribute('data-verdict')) !== 'validated') { throw new Error('the panel does not list the validated fix first'); }
+        if ((await f.locator('#validate-fixes').count()) !== 1) { throw new Error('no "Validate fixes" button in the panel'); }
+        log(`panel: ${(await first.textContent()).replace(/\s+/g, ' ').slice(0, 200)}`);
+    });
+
+    await step(page, 'apply the validated fix from the CodeLens', 'e2e-6-fix-applied.png', async () => {
+        const before = fixCount();
+        const title = (await lens('Apply fix:').textContent()).trim().replace(/\s+/g, ' ');
+        if (!title.endsWith('(validated)')) { throw new Error(`the CodeLens offers "${title}", not a validated fix first`); }
+        await palette(page, 'Notifications: Clear All Notifications');
+        await lens('Apply fix:').click();
         await page.keyboard.press('Control+S');
-        const saved = await waitFor(() => { const t = readFileSync(join(WS, 'train.py'), 'utf8'); return t.includes('# gradsight fix') && t; },
-            30000, 'the fix saved in train.py');
+        const saved = await waitFor(() => fixCount() > before && readFileSync(join(WS, 'train.py'), 'utf8'), 30000, 'the validated fix saved in train.py');
         const at = saved.split('\n').findIndex((l) => l.includes('# gradsight fix')) + 1;
         await goToLine(page, at);
         log(`applied "${title}" at line ${at}`);
+    });
+
+    await step(page, 'apply a fix from the light bulb', null, async () => {
+        const before = fixCount();
+        await goToLine(page, fc1Line);
+        const item = page.locator('.action-widget .monaco-list-row', { hasText: 'Apply fix' }).first();
+        for (let attempt = 0; ; attempt++) { // a key pressed while the focus moves (a notification, the panel) can be lost
+            await page.locator('.view-line', { hasText: 'self.fc1 = nn.Linear' }).first().click(); // that line, not forward()'s self.fc1(x)
+            if (attempt < 2) {
+                await page.keyboard.press('Control+.');
+            } else {
+                await palette(page, 'Quick Fix...');
+            }
+            try {
+                await item.waitFor({ timeout: 10000 });
+                break;
+            } catch (e) {
+                if (attempt >= 2) { throw e; }
+                await page.keyboard.press('Escape');
+            }
+        }
+        const title = (await item.textContent()).trim();
+        await item.click();
+        await page.keyboard.press('Control+S');
+        await waitFor(() => fixCount() > before, 30000, 'the fix from the light bulb saved in train.py');
+        log(`applied "${title}" from the light bulb`);
     });
 
     const seq = readFileSync(join(WS, 'seq.py'), 'utf8').split('\n');

@@ -4,6 +4,7 @@ import * as vscode from 'vscode';
 import { TensorBreakpoints } from './breakpoints';
 import { Decorations } from './decorations';
 import { registerDebug } from './debug';
+import { validateFixes, ValidateArgs } from './fixes';
 import { GradsightPanel, VIEW_TYPE } from './panel';
 import { isView } from './pure/protocol';
 import { HealthNotification } from './pure/health';
@@ -62,6 +63,10 @@ export async function activate(context: vscode.ExtensionContext): Promise<{ serv
         vscode.commands.registerCommand('gradsight.showProjection', () => GradsightPanel.show(context, srv, { view: 'projection' })),
         vscode.commands.registerCommand('gradsight.showSamples', () => GradsightPanel.show(context, srv, { view: 'samples' })),
         vscode.commands.registerCommand('gradsight.exportReport', () => GradsightPanel.exportReport(srv)),
+        vscode.commands.registerCommand('gradsight.validateFixes', (arg?: ValidateArgs) => validateFixes(srv, arg, {
+            started: () => GradsightPanel.onValidating(true),
+            ended: () => GradsightPanel.onValidating(false),
+        })),
         vscode.commands.registerCommand('gradsight.chooseRun', () => openRun(srv)),
         vscode.commands.registerCommand('gradsight.restartServer', () => srv.restart()),
         vscode.commands.registerCommand('gradsight.showOutput', () => output.show()),

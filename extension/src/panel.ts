@@ -6,7 +6,7 @@ import { randomBytes } from 'crypto';
 import { readFileSync } from 'fs';
 import * as path from 'path';
 import * as vscode from 'vscode';
-import { Fix, FromWebview, GradientsArgs, isView, PanelData, SandboxData, ToWebview, View } from './pure/protocol';
+import { Fix, FromWebview, GradientsArgs, isVerdict, isView, PanelData, SandboxData, ToWebview, Validated, View } from './pure/protocol';
 import { Server } from './server';
 
 export const VIEW_TYPE = 'gradsight.heatmap';
@@ -17,7 +17,13 @@ export interface ShowOptions {
     module?: string;
 }
 
-interface FixEntry { id: string; title: string; insertion: unknown }
+/** One fix of the server's gradsight.fixes: where it goes (null: no place in the code) and what validation said. */
+interface FixEntry { id: string; title: string; effect?: string; place?: unknown; insertion?: unknown; hidden?: boolean; applied?: boolean; validated?: Validated | null }
+
+function panelFix(f: FixEntry): Fix {
+    const v = f.validated && isVerdict(f.validated.verdict) ? f.validated : null;
+    return { id: f.id, title: f.title, validated: v, hidden: Boolean(f.hidden), applied: Boolean(f.applied), effect: typeof f.effect === 'string' ? f.effect : undefined };
+}
 
 export class GradsightPanel {
     private static current: GradsightPanel | undefined;
@@ -26,6 +32,7 @@ export class GradsightPanel {
     private seen: { run: string | null; step: number | null } = { run: null, step: null };
     private timer: ReturnType<typeof setTimeout> | undefined;
     private pending: ShowOptions | undefined;
+    private static validating = false;
 
     static show(context: vscode.ExtensionContext, server: Server, opts: ShowOptions = {}): void {
         const view = opts.view ?? 'gradients';
@@ -50,6 +57,16 @@ export class GradsightPanel {
     /** Each gradsight/health notification: a new run is drawn at once, new steps of the shown one at most every REFRESH_MS. */
     static onHealth(run: string | null, step: number | null): void {
         GradsightPanel.current?.follow(run, step);
+    }
+
+    /** A validation of the fixes started or ended (from the panel's button, the CodeLens or the command palette). */
+    static onValidating(running: boolean): void {
+        GradsightPanel.validating = running;
+        const p = GradsightPanel.current;
+        p?.post({ type: 'validating', running });
+        if (p && !running) {
+            void p.gradients(p.lastArgs); // the fixes with their verdicts
+        }
     }
 
     static async exportReport(server: Server): Promise<void> {
@@ -96,11 +113,12 @@ export class GradsightPanel {
                 this.post({ type: 'error', view: 'gradients', message: 'The gradsight language server is not running (see gradsight: Show Output).' });
                 return;
             }
-            const fixes = ((await this.server.command<FixEntry[]>('gradsight.fixes')) ?? []).filter((f) => f.insertion)
-                .map((f): Fix => ({ id: f.id, title: f.title }));
+            const fixes = ((await this.server.command<FixEntry[]>('gradsight.fixes')) ?? []).filter((f) => f.place ?? f.insertion)
+                .map(panelFix);
             this.shownRun = data.run.path;
             this.panel.title = `gradsight: ${data.run.name}`;
             this.post({ type: 'gradients', data, fixes });
+            this.post({ type: 'validating', running: GradsightPanel.validating });
         } catch (e) {
             this.post({ type: 'error', view: 'gradients', message: messageOf(e) });
         }
@@ -147,6 +165,9 @@ export class GradsightPanel {
                 }
                 return;
             }
+            case 'validateFixes':
+                await vscode.commands.executeCommand('gradsight.validateFixes', this.shownRun ? { run: this.shownRun } : {});
+                return;
             case 'savePng': {
                 const match = /^data:image\/png;base64,([A-Za-z0-9+/=]+)$/.exec(m.dataUrl ?? '');
                 if (!match) {

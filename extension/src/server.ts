@@ -1,7 +1,9 @@
 // Starts `python -m gradsight serve` with the user's interpreter and keeps one language client.
 import { execFile } from 'child_process';
+import { randomUUID } from 'crypto';
 import * as vscode from 'vscode';
-import { LanguageClient, LanguageClientOptions, ServerOptions as LspServerOptions } from 'vscode-languageclient/node';
+import { LanguageClient, LanguageClientOptions, ServerOptions as LspServerOptions, WorkDoneProgress } from 'vscode-languageclient/node';
+import { ProgressValue } from './pure/fixes';
 import { interpreter } from './python';
 import { serverOptions } from './settings';
 
@@ -76,6 +78,19 @@ export class Server implements vscode.Disposable {
             outputChannel: this.output,
             initializationOptions: serverOptions(),
             markdown: { isTrusted: { enabledCommands: ['gradsight.showHeatmap', 'gradsight.showSandbox', 'gradsight.applyFix'] }, supportHtml: false },
+            middleware: {
+                // the server's "Validate fixes" lens runs its LSP command; here it runs the extension's, which shows
+                // VS Code's progress notification (and can be cancelled) around that command
+                provideCodeLenses: async (document, token, next) => {
+                    const lenses = await next(document, token);
+                    for (const lens of lenses ?? []) {
+                        if (lens.command?.command === 'gradsight.validate') {
+                            lens.command = { ...lens.command, command: 'gradsight.validateFixes' };
+                        }
+                    }
+                    return lenses;
+                },
+            },
         };
         const client = new LanguageClient('gradsight', 'gradsight', run, options);
         for (const l of this.listeners) {
@@ -105,6 +120,21 @@ export class Server implements vscode.Disposable {
             return undefined;
         }
         return c.sendRequest<T>('workspace/executeCommand', { command: name, arguments: args });
+    }
+
+    /** A server command with work-done progress on a token of this client: `onProgress` gets each `$/progress` value. */
+    async commandWithProgress<T>(name: string, args: unknown[], onProgress: (v: ProgressValue) => void): Promise<T | undefined> {
+        const c = await this.ready();
+        if (!c) {
+            return undefined;
+        }
+        const token = `gradsight-${randomUUID()}`;
+        const sub = c.onProgress(WorkDoneProgress.type, token, (v) => onProgress(v as ProgressValue));
+        try {
+            return await c.sendRequest<T>('workspace/executeCommand', { command: name, arguments: args, workDoneToken: token });
+        } finally {
+            sub.dispose();
+        }
     }
 
     dispose(): void {

@@ -104,7 +104,48 @@ export type SandboxData =
 export interface GradientsArgs { steps?: [number, number]; modules?: string; step?: number; maxColumns?: number }
 export interface SandboxArgs { view: SandboxView; tensor?: number; module?: string; head?: number; sample?: number; method?: string; color?: string; step?: number }
 
-export interface Fix { id: string; title: string }
+/** What `gradsight validate` (a re-run of the script with the fix) said of a fix. */
+export type Verdict = 'validated' | 'did_not_help' | 'worse' | 'failed';
+export interface Validated { verdict: Verdict; summary: string; effect: string }
+export interface Fix {
+    id: string;
+    title: string;
+    validated?: Validated | null;
+    hidden?: boolean; // not offered: a re-run showed it harms, or it is in the code already
+    applied?: boolean; // in the code already
+    effect?: string; // what the library expects of it (before any validation)
+}
+
+const VERDICT_TEXT: Record<Verdict, string> = {
+    validated: 'validated', did_not_help: 'did not help', worse: 'made it worse', failed: 'the re-run failed',
+};
+
+export function isVerdict(v: unknown): v is Verdict {
+    return typeof v === 'string' && Object.prototype.hasOwnProperty.call(VERDICT_TEXT, v);
+}
+
+/** `validated`, `did not help`, ...; a verdict this client does not know as it is. */
+export function verdictText(v: string): string {
+    return isVerdict(v) ? VERDICT_TEXT[v] : v.replace(/_/g, ' ');
+}
+
+/** What the panel says of a fix beside its button: the effect a re-run measured, or the one expected. */
+export function fixNote(f: Fix): string {
+    if (f.applied) {
+        return f.validated && isVerdict(f.validated.verdict) ? `applied (${verdictText(f.validated.verdict)})` : 'applied';
+    }
+    const v = f.validated;
+    if (v && isVerdict(v.verdict)) {
+        const said = v.verdict === 'validated' ? (v.effect || v.summary) : (v.summary || v.effect);
+        return said ? `${verdictText(v.verdict)}: ${stripVerdict(said, v.verdict)}` : verdictText(v.verdict);
+    }
+    return f.effect ? `expected: ${f.effect} (not validated yet)` : 'not validated yet';
+}
+
+function stripVerdict(text: string, v: Verdict): string { // "validated: no loss spike ..." -> "no loss spike ..."
+    const head = `${verdictText(v)}: `;
+    return text.toLowerCase().startsWith(head) ? text.slice(head.length) : text;
+}
 
 // extension -> webview
 export type ToWebview =
@@ -112,7 +153,8 @@ export type ToWebview =
     | { type: 'sandbox'; data: SandboxData }
     | { type: 'show'; view: View; module?: string }
     | { type: 'error'; view: View; message: string }
-    | { type: 'saved'; what: string; path: string };
+    | { type: 'saved'; what: string; path: string }
+    | { type: 'validating'; running: boolean; message?: string };
 
 // webview -> extension
 export type FromWebview =
@@ -121,6 +163,7 @@ export type FromWebview =
     | { type: 'sandbox'; args: SandboxArgs }
     | { type: 'reveal'; file: string; line: number; module: string; step?: number }
     | { type: 'applyFix'; id: string }
+    | { type: 'validateFixes' }
     | { type: 'savePng'; name: string; dataUrl: string }
     | { type: 'exportPdf' };
 

@@ -2,7 +2,7 @@
 // tensors (attention, activations, projection, samples), drawn from the language server's data with uPlot.
 // It runs under the panel's strict Content-Security-Policy: this one bundled script (nonce), no eval, no remote code.
 import {
-    AttentionData, Fix, FromWebview, Gradients, HistogramData, isView, PanelData, ProjectionData, RunInfo, runTitle,
+    AttentionData, Fix, fixNote, FromWebview, Gradients, HistogramData, isView, PanelData, ProjectionData, RunInfo, runTitle,
     SandboxArgs, SandboxData, SandboxView, SamplesData, TensorEntry, ToWebview, View,
 } from '../pure/protocol';
 import { color, columnOf, extent, fmt, NONFINITE_COLOR, rgb, Scale, transform, unit } from '../pure/scale';
@@ -28,6 +28,7 @@ const state: State = {
 };
 let panel: PanelData | undefined;
 let fixes: Fix[] = [];
+let validating = false;
 const sandboxes: Partial<Record<SandboxView, SandboxData>> = {};
 const plots = new Map<string, Plot>();
 
@@ -517,11 +518,30 @@ function drawFixes(): void {
     if (!fixes.length) {
         return;
     }
-    el.append(h('h3', { text: 'Fixes' }));
+    const validate = h('button', {
+        id: 'validate-fixes', class: 'small', text: validating ? 'Validating fixes...' : 'Validate fixes',
+        title: 'Re-run the script with each of the best fixes (gradsight validate) and mark the ones that remove the fault',
+    });
+    validate.disabled = validating;
+    validate.addEventListener('click', () => {
+        validating = true;
+        drawFixes();
+        vscode.postMessage({ type: 'validateFixes' });
+    });
+    el.append(h('div', { class: 'toolbar' }, h('h3', { text: 'Fixes' }), validate));
+    // validated first, then those not validated yet, then those that did not help; harmful ones are listed, not offered
     for (const f of fixes) {
-        const b = h('button', { class: 'fix', text: `Insert fix: ${f.title}` });
-        b.addEventListener('click', () => vscode.postMessage({ type: 'applyFix', id: f.id }));
-        el.append(b);
+        const verdict = f.validated?.verdict ?? 'unvalidated';
+        const row = h('div', { class: `fix-row ${verdict}${f.applied ? ' applied' : ''}`, 'data-fix': f.id, 'data-verdict': verdict });
+        if (f.hidden) {
+            row.append(h('span', { class: 'fix-title', text: f.title }));
+        } else {
+            const b = h('button', { class: 'fix', text: `Apply fix: ${f.title}${verdict === 'validated' ? ' (validated)' : ''}` });
+            b.addEventListener('click', () => vscode.postMessage({ type: 'applyFix', id: f.id }));
+            row.append(b);
+        }
+        row.append(h('span', { class: 'fix-note', text: fixNote(f) }));
+        el.append(row);
     }
 }
 
@@ -892,6 +912,11 @@ window.addEventListener('message', (event: MessageEvent<ToWebview>) => {
         message(m.view, m.message, true);
     } else if (m.type === 'saved') {
         message(state.view, `Saved ${m.what}: ${m.path}`);
+    } else if (m.type === 'validating') {
+        if (validating !== m.running) {
+            validating = m.running;
+            drawFixes();
+        }
     }
 });
 

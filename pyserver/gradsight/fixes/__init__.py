@@ -145,8 +145,8 @@ def suggest(cause: RootCause | None, findings: list[Finding], data: RunData, scr
     for order, target in enumerate(_targets(cause, findings)):
         c = Context(target, data, s, findings, cause)
         for fix in sorted((f for f in library() if f.answers(target.kind, target.module)), key=lambda f: f.rank):
-            if fix.id in seen or holds(fix, c):
-                continue
+            if fix.id in seen or f"# gradsight fix '{fix.id}'" in source or holds(fix, c):
+                continue  # (a fix already applied to this text is not offered again)
             try:
                 edits, detail = place(fix, c)
             except NoPlace:

@@ -73,18 +73,22 @@ class Placed:
 def fixes_for(view: RunView, script_text: str | None, module_lines: dict[str, tuple[str, int]],
               verdicts: dict[str, dict[str, Any]] | None = None) -> list[dict[str, Any]]:
     """The diagnosis's fixes, placed in the current text of the script (the editor's buffer) and of the layers' files,
-    with the verdicts stored in the run (``verdicts``: newer ones, from a validation this session ran)."""
+    best first, with the verdicts ``gradsight validate`` stored in the run (``suggest`` keeps a verdict only for the
+    code that was re-run). ``verdicts``, those a validation of this session answered, stand in only for fixes the
+    store says nothing of."""
     if view.data is None:
         return []
     script = view.data.run.get("script")
     script = script if script and os.path.isfile(str(script)) else None
     accepts = _parameters()
     extra: dict[str, Any] = {}
+    stored = stored_verdicts(view.path)
     if "module_lines" in accepts:
         extra["module_lines"] = module_lines
     if "verdicts" in accepts:
-        extra["verdicts"] = {**stored_verdicts(view.path), **(verdicts or {})}
-    return suggest(view.cause, view.findings, view.data, script, source=script_text, **extra)
+        extra["verdicts"] = {**(verdicts or {}), **stored}
+    fixes = suggest(view.cause, view.findings, view.data, script, source=script_text, **extra)
+    return with_verdicts(fixes, {k: v for k, v in (verdicts or {}).items() if k not in stored})
 
 
 @functools.cache

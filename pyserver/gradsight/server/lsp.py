@@ -191,7 +191,7 @@ class GradsightServer(LanguageServer):
         key = (id(view), view.built, script, _mtime(str(on_disk)) if on_disk else None, tuple(sorted(lines.items())))
         if self.fix_cache is None or self.fix_cache[0] != key:
             self.fix_cache = (key, edits.fixes_for(view, script, lines, self.verdicts.get(view.path)))
-        return edits.with_verdicts(self.fix_cache[1], self.verdicts.get(view.path))
+        return self.fix_cache[1]
 
     def placed(self, fixes: list[dict[str, Any]] | None = None, hidden: bool = False) -> list[edits.Placed]:
         """The fixes that have a place in the code, in order; those a re-run showed harmful only with ``hidden``."""
