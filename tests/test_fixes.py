@@ -189,6 +189,29 @@ PLACEMENT = {
                 loss.backward()
                 opt.step()
         """, "add_param_group"),
+    # an optimizer over the head only, with a OneCycleLR (which keeps state in every param group)
+    "head_only_onecycle": ("""
+        import torch
+        import torch.nn as nn
+        torch.manual_seed(0)
+        X = torch.randn(512, 8)
+        Y = (X[:, :4].sum(1) > 0).long()
+        model = nn.Sequential()
+        model.add_module("body", nn.Linear(8, 32))
+        model.add_module("act", nn.ReLU())
+        model.add_module("fc", nn.Linear(32, 2))
+        with torch.no_grad():
+            model.body.weight.mul_(0.01)
+        opt = torch.optim.SGD(model.fc.parameters(), lr=0.05, momentum=0.9)
+        sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=0.1, total_steps=8 * 16)
+        for epoch in range(8):
+            for i in range(0, 512, 32):
+                opt.zero_grad()
+                loss = nn.functional.cross_entropy(model(X[i:i + 32]), Y[i:i + 32])
+                loss.backward()
+                opt.step()
+                sched.step()
+        """, "model.parameters()"),
     # an own class whose forward cuts the graph after its first layer, trained from main()
     "own_class": ("""
         import torch

@@ -141,6 +141,15 @@ def main() -> int:
     print("\nper family (runs, first fix works, top works):")
     for name, (k, a, b) in sorted(fam.items()):
         print(f"  {name:<22} {k:>4} {a:>4} {b:>4}")
+    per_fix: dict[str, list[int]] = defaultdict(lambda: [0, 0])  # fix -> [re-run, worked]
+    for r in results.values():
+        expected = {e["kind"] for e in next(m for m in runs if m["id"] == r["id"])["expected"] or []}
+        for f in r.get("fixes") or []:
+            per_fix[f["fix"]][0] += 1
+            per_fix[f["fix"]][1] += int(works(f, expected))
+    print("\nper fix (re-runs, worked):")
+    for name, (k, a) in sorted(per_fix.items()):
+        print(f"  {name:<40} {k:>4} {a:>4}")
     print(f"total time {time.time() - started:.0f} s")
     if args.json:
         Path(args.json).write_text(json.dumps({"split": args.split, "runs": n, "first_works": first_n, "top_works": top_n,

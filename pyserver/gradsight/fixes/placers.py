@@ -465,7 +465,8 @@ def unwrap_no_grad(c: Context, p: Patch) -> str:
 def _missing_params_code(o: str, m: str) -> str:
     return (f'_held = {{id(q) for g in {o}.param_groups for q in g["params"]}}\n'
             f"_missing = [q for q in {m}.parameters() if q.requires_grad and id(q) not in _held]\n"
-            f"if _missing:\n    {o}.add_param_group({{\"params\": _missing}})")
+            # the new group copies the first one's settings (a scheduler's initial_lr / max_lr included)
+            f'if _missing:\n    {o}.add_param_group({{**{{k: v for k, v in {o}.param_groups[0].items() if k != "params"}}, "params": _missing}})')
 
 
 @placer

@@ -313,14 +313,28 @@ class Script:
         return nodes + (list(ast.walk(self.step_function)) if self.step_function is not None else [])
 
     def model_var(self, model_class: str = "") -> str | None:
-        """The model's variable: the X of ``X.parameters()`` given to the optimizer, else the variable
-        assigned from a call of the model's class (or ``from_pretrained``)."""
-        if self.model:
-            return self.model
+        """The model's variable: the one assigned from the class the run recorded as the root model (or from
+        ``from_pretrained``), else the shortest prefix of the optimizer's ``X.parameters()`` that the training
+        code calls (``model`` for an optimizer over ``model.fc.parameters()``), else that X."""
         for node in ast.walk(self.tree):
             if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.value, ast.Call):
                 name = short(node.value.func)
-                if name and (name == model_class or name in ("from_pretrained", "from_config")):
+                if name and model_class and name == model_class:
+                    var = dotted(node.targets[0])
+                    if var:
+                        return var
+        x = self.model
+        if x:
+            parts = x.split(".")
+            called = {dotted(c.func) for c in self.calls if self.in_training(c)}
+            for k in range(1, len(parts) + 1):
+                prefix = ".".join(parts[:k])
+                if prefix != "self" and prefix in called:
+                    return prefix
+            return x
+        for node in ast.walk(self.tree):
+            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.value, ast.Call):
+                if short(node.value.func) in ("from_pretrained", "from_config"):
                     var = dotted(node.targets[0])
                     if var:
                         return var
@@ -631,7 +645,7 @@ class Script:
         out: list[ast.stmt] = []
         for st in ast.walk(self.tree):
             if (isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Subscript)
-                    and not self.in_training(st) and any(isinstance(k, ast.Call) and short(k.func) in RANDOM for k in ast.walk(st.value))):
+                    and not self.in_training(st) and isinstance(st.value, ast.Call) and short(st.value.func) in RANDOM):
                 out.append(st)
         return out
 
