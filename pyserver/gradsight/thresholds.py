@@ -30,7 +30,7 @@ class Thresholds:
     vanishing_mean_grad: float = 1e-7  # mean |grad| below this is vanishing
     vanishing_ratio: float = 1e-3  # a layer's mean |grad| below this fraction of the largest layer's
     dead_grad_frac: float = 0.7  # this fraction of a layer's gradients exactly zero: dying units
-    dead_units_frac: float = 0.3  # this fraction of units zero for a whole batch: dead units
+    dead_units_frac: float = 0.5  # this fraction of units zero for a whole batch: dead units (30-40% is common in healthy ReLU nets)
     saturation_frac: float = 0.5  # this fraction of tanh/sigmoid inputs beyond +-saturation_level
     saturation_level: float = 5.0
     update_ratio_high: float = 0.1  # mean|dW| / mean|W| above this: steps too large

@@ -374,15 +374,17 @@ class Detector:
                              f"{med:.0%} of the units are dead (zero for the whole batch) at the {where} on {int(hit.sum())} of "
                              f"{int(fin.sum())} sampled steps", min(1.0, 0.5 + med / 2), int(steps[np.flatnonzero(hit)[0]]))
         steps, zf = self.sampled("grad_zero_frac")
-        _, in_dead = self.sampled("in_dead_frac")
+        in_steps, in_dead = self.sampled("in_dead_frac")
         if zf.size:
             for i in self.layers:
                 if self.types[i] in EMBEDDINGS or i in seen:
                     continue
                 col = zf[:, i].astype(np.float64)
-                if in_dead.size and in_dead.shape[0] == zf.shape[0]:
+                if in_dead.size:
                     # a weight whose input is zero for the whole batch (sparse inputs) has zero gradients: not dead units
-                    col = col - np.nan_to_num(in_dead[:, i].astype(np.float64), nan=0.0)
+                    # (the two are sampled at steps that may differ by one: take the input's nearest measured step)
+                    at = np.searchsorted(in_steps, steps).clip(0, len(in_steps) - 1)
+                    col = col - np.nan_to_num(in_dead[at, i].astype(np.float64), nan=0.0)
                 fin = np.isfinite(col)
                 hit = fin & (col >= self.t.dead_grad_frac)
                 if fin.sum() and hit.sum() >= max(1, 0.5 * fin.sum()):
@@ -455,6 +457,8 @@ class Detector:
             if not math.isfinite(rms):
                 continue
             if self.types[i] in EMBEDDINGS:
+                if shape and shape[-1] == 1:
+                    continue  # a 1-wide table (a per-user bias) has no symmetry to break: any start, zero included, trains
                 gain = rms  # embeddings: unit scale is the default
             elif len(shape) >= 2:
                 fan_in = int(np.prod(shape[1:]))
@@ -506,6 +510,9 @@ class Detector:
         if mode.size and has_opt:
             for i, typ in enumerate(self.types):
                 if typ.startswith(("BatchNorm", "Dropout", "InstanceNorm")) or typ in ("AlphaDropout",):
+                    own = [p for p in self.d.params if p["module_id"] == i]
+                    if own and not any(p.get("trainable") and p.get("in_optimizer") for p in own):
+                        continue  # a norm frozen on purpose (fine-tuning): eval mode keeps its statistics fixed with it
                     col = mode[:, i]
                     fin = np.isfinite(col)
                     if fin.sum() and (col[fin] == 0).mean() >= 0.5:

@@ -71,7 +71,11 @@ def analyse(data: RunData, t: Thresholds) -> tuple[LossCurve, list[Finding]]:
         # a spike the run recovers from (a warmup's peak, one bad batch) ends well below where the loss was before it
         before = loss[(steps < curve.spike_step) & (steps >= curve.spike_step - t.loss_spike_window)]
         before = before[np.isfinite(before)]
-        if len(before) and curve.tail < 0.5 * float(np.median(before)) and np.isfinite(loss[-max(1, len(loss) // 10):]).all():
+        after = loss[(steps > curve.spike_step) & (steps <= curve.spike_step + t.loss_spike_window)]
+        level = float(np.median(before)) if len(before) else float("nan")
+        # or one bad batch on a plateau: the next steps are back at the level before it, and the run stays there
+        back = len(after) >= 3 and np.isfinite(after).all() and float(np.median(after)) <= 1.5 * level and curve.tail <= 1.5 * level
+        if len(before) and (curve.tail < 0.5 * level or back) and np.isfinite(loss[-max(1, len(loss) // 10):]).all():
             curve.spike_recovered = True
             for k, f in enumerate(out):
                 if f.kind == "loss_spike":

@@ -311,9 +311,15 @@ def dead_units(t: Thresholds, weighted: np.ndarray) -> Check:
             arr = cur.modules.get(metric)
             if arr is None:
                 continue
+            if metric == "in_dead_frac" and len(weighted):
+                arr = arr.copy()
+                arr[int(weighted[0])] = np.nan  # the first layer's input is the data (sparse features are not dead units)
             if metric == "grad_zero_frac":
+                inputs = cur.modules.get("in_dead_frac")
+                if inputs is None:
+                    continue  # without the inputs' zeros, zero gradients of sparse inputs would read as dead units
                 masked = np.full(len(arr), np.nan)
-                masked[weighted] = arr[weighted]
+                masked[weighted] = arr[weighted] - np.nan_to_num(inputs[weighted], nan=0.0)  # (zero input columns: zero gradients)
                 arr = masked
             k, top = _first_max(arr)
             if top >= limit:
