@@ -16,7 +16,7 @@ def test_defaults_are_the_published_ones() -> None:
     t = Thresholds()
     assert (t.vanishing_mean_grad, t.vanishing_ratio, t.exploding_ratio, t.dead_grad_frac) == (1e-7, 1e-3, 70.0, 0.7)
     assert (t.saturation_frac, t.update_ratio_high, t.update_ratio_low) == (0.5, 0.1, 1e-4)
-    assert (t.layer_grad_norm, t.dead_units_frac, t.loss_spike_factor, t.loss_spike_window) == (50.0, 0.3, 3.0, 10)
+    assert (t.layer_grad_norm, t.dead_units_frac, t.loss_spike_factor, t.loss_spike_window) == (50.0, 0.5, 3.0, 10)
 
 
 def test_pyproject_and_gradsight_toml(tmp_path: Path) -> None:

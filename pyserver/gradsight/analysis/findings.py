@@ -500,6 +500,15 @@ class Detector:
                 frozen[p["module_id"]] = frozen.get(p["module_id"], 0) + p["numel"]
             elif p["got_grad"] and not p["in_optimizer"] and has_opt:
                 unstepped.setdefault(p["module_id"], []).append(p["name"])
+        held = [p for p in self.d.params if p["trainable"] and p["in_optimizer"]]
+        if unstepped and not held and len(unstepped) >= 2:
+            # not one of the model's parameters is in the optimizer: it holds others (a model built again, or a copy,
+            # after the optimizer was made): the optimizer's fault, not each layer's
+            n = sum(len(v) for v in unstepped.values())
+            self.add("optimizer", "not_updated", "error",
+                     f"none of the model's {n} trainable parameter tensors is in the optimizer, though they all receive gradients: "
+                     "it holds other parameters (the model built again, or copied, after the optimizer was made?)", 1.0)
+            unstepped = {}
         for mid, names in unstepped.items():
             self.add(self.names[mid], "not_updated", "error",
                      f"{', '.join(names)} receive gradients but no optimizer updates them", 1.0)

@@ -94,7 +94,8 @@ def learning_rate(d: RunData, t: Thresholds, curve: LossCurve) -> list[Finding]:
     still_growing = at_peak >= int(s[int(0.8 * (len(s) - 1))])
     base = next((b for b in _floats(d, "initial_lr") if b > 0), None)
     still_growing = still_growing and (base is None or peak > 2.0 * base)
-    if peak / first >= t.lr_growth_high and gradual and (_ends_badly(d, curve) or (still_growing and (_best_early(d) or _poor(curve, t)))):
+    capped = base is not None and peak <= 2.0 * base  # a warmup that stops at the rate the user set is capped, however the run ends
+    if peak / first >= t.lr_growth_high and gradual and not capped and (_ends_badly(d, curve) or (still_growing and (_best_early(d) or _poor(curve, t)))):
         out.append(Finding(kinds.OPTIMIZER, kinds.LEARNING_RATE_TOO_HIGH, "error",
                            f"the learning rate grew {peak / first:.3g}x over the run (from {_fmt(first)} to {_fmt(peak)} at step {at_peak}), "
                            "never in one jump, and the loss ends far above its best: a warmup with no cap?", 0.9, at_peak))
