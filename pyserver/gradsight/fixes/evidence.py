@@ -72,6 +72,15 @@ class Context:
                 return float(v[-1]) if name == "betas" else float(v[0])
         return None
 
+    def hypers(self, name: str) -> list[float]:
+        """A hyperparameter of every parameter group of the primary optimizer, as recorded."""
+        out = []
+        for g in self.groups:
+            v = g.get(name)
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                out.append(float(v))
+        return out
+
     @cached_property
     def initial_lr(self) -> float | None:
         v = self.hyper("initial_lr")
@@ -289,14 +298,13 @@ def eps_high(c: Context) -> bool:
 
 @premise
 def weight_decay_high(c: Context) -> bool:
-    wd = c.hyper("weight_decay")
-    return wd is not None and wd > (0.1 if c.optimizer_type == "AdamW" else 1e-2)
+    return any(wd > (0.1 if c.optimizer_type == "AdamW" else 1e-2) for wd in c.hypers("weight_decay"))
 
 
 @premise
 def weight_decay_negative(c: Context) -> bool:
-    wd = c.hyper("weight_decay")
-    return wd is not None and wd < 0
+    """Some parameter group decays its weights by a negative amount: they grow every step."""
+    return any(wd < 0 for wd in c.hypers("weight_decay"))
 
 
 @premise

@@ -106,8 +106,8 @@ def model(c: Context) -> str:
 
 def opt(c: Context) -> str:
     o = c.script.optimizer
-    if o is None:
-        raise NoPlace("the script builds no optimizer gradsight recognises")
+    if o is None or not o.var:
+        raise NoPlace("the script builds no optimizer gradsight recognises in a variable")
     return o.var
 
 
@@ -268,8 +268,8 @@ def clip_before_step(c: Context, p: Patch) -> str:
 @placer
 def warmup(c: Context, p: Patch) -> str:
     o = c.script.optimizer
-    if o is None:
-        raise NoPlace("no optimizer")
+    if o is None or not o.var:
+        raise NoPlace("no optimizer variable")
     n = max(10, min(200, c.data.n_steps // 10))
     st = step_stmt(c)
     p.insert_after(o.stmt, f"_warmup = torch.optim.lr_scheduler.LambdaLR({o.var}, lambda s: min(1.0, (s + 1) / {n}))", "linear warmup")
@@ -291,25 +291,33 @@ def scheduler_step_per_epoch(c: Context, p: Patch) -> str:
 
 
 # -- optimizer settings -----------------------------------------------------------------------------------
-def _set_hyper(c: Context, p: Patch, name: str, text: str) -> None:
+def _negative(node: ast.AST) -> bool:
+    return isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub)
+
+
+def _set_hyper(c: Context, p: Patch, name: str, text: str, only_negative: bool = False) -> None:
     o = c.script.optimizer
     if o is None:
         raise NoPlace("no optimizer")
     done = False
     for d in [d for a in o.call.args for d in ast.walk(a) if isinstance(d, ast.Dict)]:
         for key, value in zip(d.keys, d.values):
-            if isinstance(key, ast.Constant) and key.value == name:
+            if isinstance(key, ast.Constant) and key.value == name and (not only_negative or _negative(value)):
                 p.replace_node(value, text)
                 done = True
     k = kwarg(o.call, name)
+    if only_negative and (k is None or not _negative(k.value)):
+        if not done:
+            raise NoPlace(f"no negative {name} written in the optimizer's constructor")
+        return
     if k is not None or not done:
         set_arg(p, o.call, k.value if k is not None else None, name, text)
 
 
 @placer
-def set_optimizer_arg(c: Context, p: Patch, name: str, value: str, adamw: str = "") -> str:
+def set_optimizer_arg(c: Context, p: Patch, name: str, value: str, adamw: str = "", only_negative: bool = False) -> str:
     text = adamw if adamw and c.optimizer_type == "AdamW" else value
-    _set_hyper(c, p, name, text)
+    _set_hyper(c, p, name, text, only_negative)
     was = c.hyper(name)
     return f"{name} = {text}" + (f" (was {fmt(was)})" if was is not None else "")
 

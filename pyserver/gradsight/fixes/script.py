@@ -160,7 +160,10 @@ class Script:
                     models = [dotted(c.func.value) for c in ast.walk(node.value) if isinstance(c, ast.Call)
                               and isinstance(c.func, ast.Attribute) and c.func.attr in ("parameters", "named_parameters") and dotted(c.func.value)]
                     out.append(Optimizer(var, ctor, node.value, node, models))
-        return sorted(out, key=lambda o: o.stmt.lineno)
+            elif isinstance(node, ast.Return) and isinstance(node.value, ast.Call) and short(node.value.func) in OPTIMIZERS:
+                # ``return torch.optim.SGD(...)`` in a factory: its settings can be fixed, it has no variable here
+                out.append(Optimizer("", short(node.value.func), node.value, node, []))
+        return sorted(out, key=lambda o: (not o.var, o.stmt.lineno))
 
     @cached_property
     def schedulers(self) -> list[Scheduler]:
@@ -191,6 +194,8 @@ class Script:
 
     def step_calls(self, opt: str) -> list[ast.Call]:
         """``opt.step()``, and ``scaler.step(opt)`` of a GradScaler."""
+        if not opt:
+            return []
         out = self.method_calls(opt, "step")
         out += [c for c in self.calls if isinstance(c.func, ast.Attribute) and c.func.attr == "step" and c.args and dotted(c.args[0]) == opt]
         return sorted(out, key=lambda c: c.lineno)
