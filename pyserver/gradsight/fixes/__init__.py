@@ -112,8 +112,6 @@ def place(fix: Fix, c: Context) -> tuple[list[Edit], str]:
     p = Patch(c.script, c.script.path, fix.id)
     try:
         detail = PLACERS[fix.place](c, p, **fix.params)
-    except NoPlace:
-        raise
     except (LookupError, ValueError, TypeError, AttributeError, AssertionError) as exc:
         raise NoPlace(f"{fix.place}: {exc}") from None
     edits = p.finish()

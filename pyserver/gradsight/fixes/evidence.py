@@ -618,11 +618,6 @@ def random_label_writes(c: Context) -> bool:
     return bool(c.script.random_writes())
 
 
-@premise
-def epoch_loop(c: Context) -> bool:
-    return c.script.loop is not None and c.script.inner_loop is not None and c.script.loop is not c.script.inner_loop
-
-
 RESETTABLE = {"Linear", "Bilinear", "Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d", "Embedding", "EmbeddingBag",
               "LayerNorm", "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "GroupNorm", "LSTM", "GRU", "RNN", "MultiheadAttention", "RMSNorm",
               "Conv1D"}

@@ -171,21 +171,22 @@ def cap_lambda(c: Context, p: Patch) -> str:
     raise NoPlace("no LambdaLR with one lr_lambda")
 
 
-@placer
-def clamp_lr_after_scheduler(c: Context, p: Patch) -> str:
+def _bound_lr_after_scheduler(c: Context, p: Patch, bound: str, note: str, share: str = "") -> None:
+    """After each scheduler step, ``bound`` (min or max) the rate against a share of its initial value."""
     o = opt(c)
     for st in _scheduler_steps(c):
-        p.insert_after(st, f'for _g in {o}.param_groups:\n    _g["lr"] = min(_g["lr"], _g.get("initial_lr", _g["lr"]))',
-                       "keep the rate at or below its initial value")
+        p.insert_after(st, f'for _g in {o}.param_groups:\n    _g["lr"] = {bound}(_g["lr"], {share}_g.get("initial_lr", _g["lr"]))', note)
+
+
+@placer
+def clamp_lr_after_scheduler(c: Context, p: Patch) -> str:
+    _bound_lr_after_scheduler(c, p, "min", "keep the rate at or below its initial value")
     return "the rate stays at or below the rate the optimizer was built with"
 
 
 @placer
 def lr_floor_after_scheduler(c: Context, p: Patch) -> str:
-    o = opt(c)
-    for st in _scheduler_steps(c):
-        p.insert_after(st, f'for _g in {o}.param_groups:\n    _g["lr"] = max(_g["lr"], 0.1 * _g.get("initial_lr", _g["lr"]))',
-                       "keep the rate at 10% of its initial value or more")
+    _bound_lr_after_scheduler(c, p, "max", "keep the rate at 10% of its initial value or more", share="0.1 * ")
     return "the schedule cannot take the rate below a tenth of its initial value"
 
 

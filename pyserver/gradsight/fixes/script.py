@@ -254,14 +254,6 @@ class Script:
         fn = self.step_function
         return fn is not None and self.inside(node, fn)
 
-    def forward_calls(self) -> list[ast.Call]:
-        """Calls of the model inside the training loop (``model(x)``, ``self.model(x)``)."""
-        m = self.model
-        loop = self.loop
-        if m is None or loop is None:
-            return []
-        return [c for c in self.calls if dotted(c.func) == m and self.inside(c, loop)]
-
     def inside(self, node: ast.AST, container: ast.AST) -> bool:
         return container in self.ancestors(node)
 
