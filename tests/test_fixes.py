@@ -371,3 +371,14 @@ def test_bf16_weights_are_recorded_and_the_fix_keeps_them_in_float32(tmp_path: P
     code = "\n".join(ln.split("#", 1)[0] for ln in patched.splitlines())  # (the fix's comments name what it removed)
     assert "bfloat16" not in code, patched
     assert runs(script, fix["edits"], tmp_path).returncode == 0
+
+
+def test_a_finding_outside_the_network_has_its_line_in_the_script() -> None:
+    """The editor puts an optimizer, loss or input root cause on the optimizer's construction, the loss's
+    computation in the loop and the model's call on the batch."""
+    s = Script(HEALTHY)
+    line = {text: i + 1 for i, text in enumerate(HEALTHY.splitlines())}
+    assert s.place_line("optimizer") == line["opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)"]
+    assert s.place_line("loss") == line["        loss = loss_fn(model(xb), yb)"]
+    assert s.place_line("input") == line["        loss = loss_fn(model(xb), yb)"]
+    assert s.place_line("fc1") is None and Script("def broken(:\n").place_line("optimizer") is None

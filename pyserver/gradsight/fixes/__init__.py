@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, Any
 
 from .edits import Edit, NoPlace, Patch, apply, check
 from .evidence import PREMISES, Context, Target
-from .names import ScriptNames, script_names
 from .placers import PLACERS, is_identifier, module_ref
 from .script import Script
 
@@ -31,7 +30,7 @@ if TYPE_CHECKING:
 LIBRARY = Path(__file__).with_name("library")
 PLACES = ("optimizer", "loss", "input")
 
-__all__ = ["Fix", "FixLibraryError", "attach", "ScriptNames", "is_identifier", "library", "module_ref", "script_names", "suggest"]
+__all__ = ["Fix", "FixLibraryError", "attach", "is_identifier", "library", "module_ref", "suggest"]
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,8 @@ import ast
 from dataclasses import dataclass, field
 from functools import cached_property
 
+from ..kinds import INPUT, LOSS, OPTIMIZER
+
 OPTIMIZERS = {"SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "Adadelta", "Adamax", "NAdam", "RAdam", "LBFGS", "SparseAdam", "ASGD",
               "Rprop", "Adafactor", "Lion", "Muon"}
 SCHEDULERS = {"LambdaLR", "MultiplicativeLR", "StepLR", "MultiStepLR", "ConstantLR", "LinearLR", "ExponentialLR", "PolynomialLR",
@@ -564,6 +566,24 @@ class Script:
                 elif isinstance(right, (ast.Name, ast.Attribute)) and "std" in dotted(right).lower():
                     out.append(n)
         return out
+
+    def place_line(self, place: str) -> int | None:
+        """The line (1-based) a finding of the optimizer, the loss or the input belongs on: the optimizer's
+        construction (else its step), the loss computed in training (else the backward), the model's call
+        on the batch in the loop."""
+        if place == OPTIMIZER:
+            opt = self.optimizer
+            if opt is not None:
+                return opt.stmt.lineno
+            return None
+        if place == LOSS:
+            in_loop = [c for c in self.loss_calls() if self.in_training(c)] or self.loss_calls()
+            first = in_loop or self.backward_calls
+            return min(c.lineno for c in first) if first else None
+        if place == INPUT:
+            calls = self.forward_calls_in_loop()
+            return min(c.lineno for c in calls) if calls else None
+        return None
 
     def forward_calls_in_loop(self, model_class: str = "") -> list[ast.Call]:
         m = self.model_var(model_class)

@@ -11,8 +11,8 @@ from typing import Any
 import numpy as np
 
 from ..analysis.summary import anomaly_detail
-from ..fixes import script_names
-from ..kinds import INPUT, LOSS, OPTIMIZER, PLACES, label
+from ..fixes.script import Script
+from ..kinds import PLACES, label
 from .edits import DID_NOT_HELP, VALIDATED, Placed
 from .runs import RunView
 
@@ -314,15 +314,7 @@ def loop_hover(view: RunView) -> str | None:
 
 def outside_line(module: str, text: str) -> int | None:
     """The script line a fault of the optimizer, the loss or the input belongs on (1-based)."""
-    names = script_names(text)
-    lines = names.lines or {}
-    if module == OPTIMIZER:
-        return lines["optimizer"] - 1 if "optimizer" in lines else lines.get("before_step")
-    if module == LOSS:
-        return lines.get("loss") or lines.get("before_backward")
-    if module == INPUT:
-        return lines.get("data")
-    return None
+    return Script(text).place_line(module)
 
 
 @dataclass(frozen=True)
