@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from gradsight.analysis.diagnose import SCHEMA
-from gradsight.fixes import library, module_ref, script_names
+from gradsight.fixes import library, module_ref
+from gradsight.fixes.script import Script
 
 from .conftest import FAULTS, old_schema_store, run_gradsight, run_that_warned_of_overhead
 
@@ -104,8 +105,9 @@ def test_fix_generator_uses_the_scripts_names() -> None:
         "import torch\nnet = Net()\nopt = torch.optim.AdamW(net.parameters(), lr=1e-3)\nfor xb, yb in loader:\n"
         "    opt.zero_grad()\n    out = net(xb)\n    err = crit(out, yb)\n    err.backward()\n    opt.step()\n"
     )
-    names = script_names(source)
-    assert (names.model, names.optimizer, names.loss, names.input, names.target) == ("net", "opt", "err", "xb", "yb")
-    assert names.lines == {"after_optimizer": 4, "optimizer": 4, "after_model": 3, "before_backward": 8, "before_step": 9,
-                           "data": 6, "loss": 7, "before_loop": 4}
+    script = Script(source)
+    assert script.model == "net" and script.optimizer is not None and script.optimizer.var == "opt"
+    # where an optimizer, loss or input finding goes: the optimizer's line, the backward (no criterion is
+    # constructed here to name the loss call), the model's call on the batch
+    assert [script.place_line(p) for p in ("optimizer", "loss", "input")] == [3, 8, 6]
     assert module_ref("net", "blocks.0.attn.query") == "net.blocks[0].attn.query"

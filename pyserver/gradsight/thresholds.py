@@ -42,8 +42,10 @@ class Thresholds:
     embedding_rms_high: float = 10.0  # an embedding's initial RMS above this is poor initialization (default init gives 1)
     # the loss: progress judged against the run's own start
     loss_progress_poor: float = 0.5  # a loss that ends above this fraction of its start made poor progress
+    loss_progress_steady: float = 0.2  # a loss that falls by this share of its start, steadily, to near its lowest: dead units are a warning
     # the learning rate over the run
     lr_growth_high: float = 20.0  # the rate grew this many times over the run (a warmup with no cap) ...
+    lr_over_base_high: float = 5.0  # ... or to this many times the rate the optimizer was given, still rising at the end
     lr_decay_low: float = 1e-2  # ... or fell below this fraction of its peak early in the run (a scheduler stepped too often)
     lr_decay_dead: float = 1e-3  # ... and ends below this fraction: the rest of the run hardly moves the weights
     lr_base_low: float = 0.05  # the rate never reached this fraction of its base (initial_lr: a warmup longer than the run)
@@ -52,6 +54,7 @@ class Thresholds:
     eps_over_grad_rms: float = 10.0  # Adam's eps this many times the gradients' RMS: the update shrinks to lr * g / eps
     penalty_cos_high: float = 0.9  # cos(gradient, weights) above this in most layers: a weight penalty is all of the gradient
     weight_shrink_low: float = 0.5  # weights that shrink below this fraction of their start while the loss does not fall
+    weight_shrink_decay: float = 0.8  # ... or below this one while the decay alone would take half of them over the run
     # the loss's inputs
     initial_loss_over_log_classes: float = 3.0  # a first cross-entropy this many times ln(C): the output layer starts far off
     dropout_high: float = 0.7  # a dropout rate at or above this drops most units

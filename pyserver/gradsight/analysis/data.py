@@ -16,6 +16,8 @@ ACTIVATIONS = {"ReLU", "ReLU6", "LeakyReLU", "ELU", "GELU", "SiLU", "Tanh", "Sig
                "Hardtanh", "Hardsigmoid", "Softsign", "Mish", "PReLU", "Threshold"}
 SATURATING = {"Tanh", "Sigmoid", "Hardtanh", "Hardsigmoid", "Softsign"}
 EMBEDDINGS = {"Embedding", "EmbeddingBag"}
+# optimizers that normalise the gradient's scale away (their step is ~lr whatever the gradient's size)
+ADAPTIVE = {"Adam", "AdamW", "NAdam", "RAdam", "Adamax", "RMSprop", "Adagrad", "Adadelta", "Adafactor", "SparseAdam"}
 NORMS = {"LayerNorm", "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "GroupNorm", "RMSNorm", "InstanceNorm1d", "InstanceNorm2d"}
 
 PER_MODULE = ("grad_norm", "grad_max", "grad_mean", "grad_zero_frac", "weight_norm", "update_ratio", "update_l1", "grad_weight_cos",
@@ -61,6 +63,12 @@ class RunData:
         steps, mat = self.metric(kind)
         i = self.index[module]
         return steps, mat[:, i].astype(np.float64) if mat.size else np.zeros(0)
+
+    @property
+    def optimizer_type(self) -> str:
+        """The class name of the (first) optimizer: SGD, AdamW, ..."""
+        opts = self.optimizers
+        return str((opts[0] if opts else {}).get("type") or self.run.get("optimizer") or "")
 
     def own_layers(self) -> list[int]:
         """Leaf modules with parameters of their own: the layers."""

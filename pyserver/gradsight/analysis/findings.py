@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from ..thresholds import Thresholds
-from .data import EMBEDDINGS, SATURATING, RunData
+from .data import ADAPTIVE, EMBEDDINGS, SATURATING, RunData
 
 OUTSIDE = ("loss", "optimizer", "input")  # faults outside the network
 
@@ -164,15 +164,34 @@ class Detector:
         return bool(np.isfinite(c.head) and np.isfinite(c.tail) and c.head > 0 and c.tail < 0.5 * c.head
                     and np.isfinite(self.loss).all())
 
+    def falls_steadily(self) -> bool:
+        """The loss falls by a good share of its start and ends near its lowest, with no spike it did not recover
+        from, no divergence or oscillation: units that stop firing then are the model's sparse solution, not a
+        failure (a loss with a high floor, a reconstruction's, need not halve)."""
+        c = self.curve
+        if c is None or (c.spike_step is not None and not c.spike_recovered) or c.diverging or c.oscillating or c.not_decreasing:
+            return False
+        fin = self.loss[np.isfinite(self.loss)]
+        if len(fin) < 20 or len(fin) < len(self.loss) or not (np.isfinite(c.head) and np.isfinite(c.tail)) or c.head <= 0:
+            return False
+        if fin[0] > 0 and float(fin.max()) > 10 * float(fin[0]):
+            return False  # it blew up on the way (a recovered spike of orders of magnitude is no steady fall)
+        k = max(3, len(fin) // 20)
+        lowest = float(np.convolve(fin, np.ones(k) / k, mode="valid").min())
+        return bool(c.tail < (1.0 - self.t.loss_progress_steady) * c.head and c.tail <= 1.5 * lowest)
+
     def triggers(self) -> None:
         """The runtime's own trigger events that name a layer are direct evidence."""
         kinds = {"grad_explode": "exploding_gradient", "vanishing": "vanishing_gradient", "dead_units": "dead_units"}
-        well = self.learning_well()
+        well, steady = self.learning_well(), self.falls_steadily()
+        scale_free = steady and self.d.optimizer_type in ADAPTIVE
         for e in self.d.events:
             kind = kinds.get(e.name)
             if e.kind == "trigger" and kind and e.module and e.module in self.d.index:
-                if kind == "exploding_gradient" and well:
+                if kind == "exploding_gradient" and (well or scale_free):
                     continue  # large but healthy: judged by exploding() against the run's own history
+                if kind == "dead_units" and steady:
+                    continue  # judged by dead(), which names them a warning while the loss falls
                 # zero gradients may be the consequence of dead units further on: not direct evidence
                 self.add(e.module, kind, "error", f"{e.name} trigger at step {e.step}: {e.message}", 0.7, e.step,
                          direct=kind != "dead_units" or "dead" in (e.condition or "") and "grad" not in (e.condition or ""))
@@ -278,6 +297,7 @@ class Detector:
         steps, g = self.sampled("grad_norm")
         if not g.size:
             return
+        scale_free = self.d.optimizer_type in ADAPTIVE and self.falls_steadily()
         early = max(1, min(len(steps) // 5, 20))
         for i in self.layers:
             col = g[:, i].astype(np.float64)
@@ -291,7 +311,10 @@ class Detector:
                 growth = top / base if base and base > 0 else float("inf")
                 if growth < 10 and self.learning_well():
                     continue  # large from the start and the loss falls well: this model's scale, not an explosion
-                self.add(self.names[i], "exploding_gradient", "error",
+                # an adaptive optimizer divides the gradient's scale away: large norms while the loss falls steadily are
+                # a loss summed rather than averaged, say, not steps that blow up
+                severity = "warning" if scale_free else "error"
+                self.add(self.names[i], "exploding_gradient", severity,
                          f"gradient norm {_fmt(top)} > {self.t.layer_grad_norm:g} (first at step {int(steps[over[0]])}; "
                          f"{_fmt(growth)}x its early median {_fmt(base)})", _strength(top / self.t.layer_grad_norm), int(steps[over[0]]))
         # gradients growing toward the input: first/last layer ratio (AUTOTRAINER)
@@ -351,6 +374,7 @@ class Detector:
 
     def dead(self) -> None:
         seen: set[int] = set()
+        severity = "warning" if self.falls_steadily() else "error"
         for kind, limit in (("dead_frac", self.t.dead_units_frac), ("in_dead_frac", self.t.dead_units_frac)):
             steps, mat = self.sampled(kind)
             if not mat.size:
@@ -370,7 +394,7 @@ class Detector:
                     seen.add(owner)
                     med = float(np.median(col[fin]))
                     where = f"output of {self.names[i]!r}" if kind == "dead_frac" else f"input of {self.names[i]!r}"
-                    self.add(self.names[owner], "dead_units", "error",
+                    self.add(self.names[owner], "dead_units", severity,
                              f"{med:.0%} of the units are dead (zero for the whole batch) at the {where} on {int(hit.sum())} of "
                              f"{int(fin.sum())} sampled steps", min(1.0, 0.5 + med / 2), int(steps[np.flatnonzero(hit)[0]]))
         steps, zf = self.sampled("grad_zero_frac")
@@ -389,7 +413,7 @@ class Detector:
                 hit = fin & (col >= self.t.dead_grad_frac)
                 if fin.sum() and hit.sum() >= max(1, 0.5 * fin.sum()):
                     seen.add(i)
-                    self.add(self.names[i], "dead_units", "error",
+                    self.add(self.names[i], "dead_units", severity,
                              f"{float(np.median(col[fin])):.0%} of its gradients are exactly zero (>= {self.t.dead_grad_frac:.0%})",
                              0.8, int(steps[np.flatnonzero(hit)[0]]), direct=False)
 

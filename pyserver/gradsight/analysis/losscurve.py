@@ -75,11 +75,17 @@ def analyse(data: RunData, t: Thresholds) -> tuple[LossCurve, list[Finding]]:
         level = float(np.median(before)) if len(before) else float("nan")
         # or one bad batch on a plateau: the next steps are back at the level before it, and the run stays there
         back = len(after) >= 3 and np.isfinite(after).all() and float(np.median(after)) <= 1.5 * level and curve.tail <= 1.5 * level
-        if len(before) and (curve.tail < 0.5 * level or back) and np.isfinite(loss[-max(1, len(loss) // 10):]).all():
+        at = loss[steps == curve.spike_step]
+        # a spike in the run's last steps cannot show whether the run recovers: below where the run began, one bad
+        # batch is the likelier reading than a run going wrong
+        late = (len(after) < 3 and len(at) and np.isfinite(at[0]) and math.isfinite(curve.head) and float(at[0]) < curve.head
+                and not curve.diverging)
+        if len(before) and (curve.tail < 0.5 * level or back or late) and np.isfinite(loss[-max(1, len(loss) // 10):]).all():
             curve.spike_recovered = True
+            note = "; it came in the run's last steps, below the loss the run began with" if late and not back else "; the run recovered from it"
             for k, f in enumerate(out):
                 if f.kind == "loss_spike":
-                    out[k] = Finding(f.module, f.kind, "warning", f.evidence + "; the run recovered from it", f.strength * 0.5, f.step)
+                    out[k] = Finding(f.module, f.kind, "warning", f.evidence + note, f.strength * 0.5, f.step)
             curve.spike_step = None
     lr = data.steps["lr"]
     ok = np.isfinite(lr) & (lr > 0)

@@ -20,7 +20,7 @@ import numpy as np
 
 from .. import kinds
 from ..thresholds import Thresholds
-from .data import RunData
+from .data import ADAPTIVE, RunData
 from .findings import Finding
 from .losscurve import LossCurve
 
@@ -117,11 +117,13 @@ def detect(d: RunData, t: Thresholds, curve: LossCurve, trouble: bool) -> list[F
             out.append(Finding(head, kinds.DEAD_UNITS, "error",
                                f"{frac:.0%} of the model's outputs given to {name} are exactly 0 and none is negative: the output goes "
                                "through a ReLU, whose zeros pass no gradient back", min(1.0, 0.5 + frac / 2), st))
-        if name in MEAN_LOSSES and trouble:
-            summed = [c for c in calls if c.get("reduction") == "sum"]
-            if summed and len(summed) >= 0.8 * len(calls):
-                batch = int(summed[0]["input_shape"][0]) if summed[0]["input_shape"] else 1
-                if batch >= 16:
+        summed = [c for c in calls if c.get("reduction") == "sum"]
+        is_summed = bool(summed) and len(summed) >= 0.8 * len(calls)
+        batch = int(summed[0]["input_shape"][0]) if is_summed and summed[0]["input_shape"] else 1
+        # an adaptive optimizer divides the gradient's scale away: a sum matters to SGD-like steps (or when it blows up)
+        scale_matters = trouble or (d.optimizer_type not in ADAPTIVE and _struggles(curve, 0.5))
+        if name in MEAN_LOSSES and scale_matters and is_summed:
+            if batch >= 16:
                     out.append(Finding(kinds.LOSS, kinds.LOSS_SCALE_TOO_HIGH, "error",
                                        f"{name} sums over the batch (reduction='sum', {batch} rows) instead of averaging: every gradient, "
                                        f"and so every step, is {batch}x what the learning rate was chosen for", 0.9, first[name]))
@@ -130,7 +132,8 @@ def detect(d: RunData, t: Thresholds, curve: LossCurve, trouble: bool) -> list[F
             loss = d.steps["loss"]
             if classes and len(loss) and math.isfinite(float(loss[0])):
                 ln_c = math.log(classes[0])
-                if float(loss[0]) > t.initial_loss_over_log_classes * ln_c and float(loss[0]) > ln_c + 2:
+                per_row = float(loss[0]) / (batch if is_summed else 1)  # a sum over the batch is batch x the mean
+                if per_row > t.initial_loss_over_log_classes * ln_c and per_row > ln_c + 2:
                     out.append(Finding(head, kinds.POOR_INITIALIZATION, "error",
                                        f"the first loss {float(loss[0]):.4g} is {float(loss[0]) / ln_c:.3g}x ln({classes[0]}) = {ln_c:.3g}, "
                                        "what an output layer that starts near zero gives: its logits start far too large", 0.85,

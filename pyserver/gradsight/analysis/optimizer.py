@@ -73,11 +73,6 @@ def _floats(d: RunData, key: str) -> list[float]:
     return [float(g[key]) for g in _groups(d) if isinstance(g.get(key), (int, float)) and not isinstance(g.get(key), bool)]
 
 
-def _opt_type(d: RunData) -> str:
-    opts = d.optimizers
-    return str(opts[0].get("type")) if opts else str(d.run.get("optimizer") or "")
-
-
 def learning_rate(d: RunData, t: Thresholds, curve: LossCurve) -> list[Finding]:
     out: list[Finding] = []
     steps, lr = d.steps["step"], d.steps["lr"]
@@ -99,6 +94,12 @@ def learning_rate(d: RunData, t: Thresholds, curve: LossCurve) -> list[Finding]:
         out.append(Finding(kinds.OPTIMIZER, kinds.LEARNING_RATE_TOO_HIGH, "error",
                            f"the learning rate grew {peak / first:.3g}x over the run (from {_fmt(first)} to {_fmt(peak)} at step {at_peak}), "
                            "never in one jump, and the loss ends far above its best: a warmup with no cap?", 0.9, at_peak))
+    elif peak / first >= t.lr_growth_high and gradual and still_growing and base is not None and peak >= t.lr_over_base_high * base:
+        # the schedule took the rate far past the one the user chose and it still rises at the end: nothing caps it
+        out.append(Finding(kinds.OPTIMIZER, kinds.LEARNING_RATE_TOO_HIGH, "error",
+                           f"the learning rate grew {peak / first:.3g}x over the run, to {_fmt(peak)} at step {at_peak}: "
+                           f"{peak / base:.3g}x the rate {_fmt(base)} the optimizer was given, and still rising at the end: a "
+                           "warmup with no cap?", 0.75, at_peak))
     low = np.flatnonzero(v < t.lr_decay_low * peak)
     if len(low) and (v[low[0]:] < t.lr_decay_low * peak).all():
         k = int(s[low[0]])
@@ -169,7 +170,7 @@ def _layer_rms(d: RunData) -> float | None:
 
 
 def adam_eps(d: RunData, t: Thresholds, curve: LossCurve) -> list[Finding]:
-    if _opt_type(d) not in ADAM_LIKE:
+    if d.optimizer_type not in ADAM_LIKE:
         return []
     eps = _floats(d, "eps")
     rms = _layer_rms(d)
@@ -178,10 +179,11 @@ def adam_eps(d: RunData, t: Thresholds, curve: LossCurve) -> list[Finding]:
     e = max(eps)
     if e < 1e-4 or e < t.eps_over_grad_rms * rms:
         return []
-    severity = "error" if _poor(curve, t) else "warning"
+    # far past the threshold the updates are a small fraction of Adam's step, however the loss goes
+    severity = "error" if _poor(curve, t) or e >= 3 * t.eps_over_grad_rms * rms else "warning"
     return [Finding(kinds.OPTIMIZER, kinds.OPTIMIZER_EPS_TOO_HIGH, severity,
-                    f"{_opt_type(d)}'s eps={_fmt(e)} is {e / rms:.3g}x the gradients' RMS ({_fmt(rms)}): each update is about "
-                    f"lr * g / eps, {e / rms:.3g}x smaller than the normalised step {_opt_type(d)} takes", min(1.0, 0.6 + 0.1 * math.log10(e / rms)),
+                    f"{d.optimizer_type}'s eps={_fmt(e)} is {e / rms:.3g}x the gradients' RMS ({_fmt(rms)}): each update is about "
+                    f"lr * g / eps, {e / rms:.3g}x smaller than the normalised step {d.optimizer_type} takes", min(1.0, 0.6 + 0.1 * math.log10(e / rms)),
                     int(d.steps["step"][0]))]
 
 
@@ -216,13 +218,26 @@ def weight_decay(d: RunData, t: Thresholds, curve: LossCurve) -> list[Finding]:
                                    f"weight_decay={_fmt(wd)} shrinks {share:.0%} of the layers' weights to a median {float(np.median(shrink)):.2g} "
                                    f"of their start by step {int(wsteps[-1])} while the loss does not fall: the decay outweighs the "
                                    "gradient", min(1.0, 0.5 + share / 2), int(wsteps[-1])))
+            # the decay alone shrinks the weights by (1 - lr * wd) a step: when that compounds to a large share over
+            # the run (a half-life shorter than the run) and the weights do shrink, the decay, not the data, sets them
+            lr = d.steps["lr"]
+            rate = float(np.nanmedian(lr)) if np.isfinite(lr).any() else 0.0
+            pull = rate * wd * d.n_steps
+            shrinking = float(np.mean(shrink < t.weight_shrink_decay))
+            if not out and pull >= math.log(2) and shrinking >= 0.5:
+                out.append(Finding(kinds.OPTIMIZER, kinds.WEIGHT_DECAY_TOO_HIGH, "error",
+                                   f"weight_decay={_fmt(wd)} at lr {_fmt(rate)} takes {rate * wd:.2g} of the weights every step "
+                                   f"(a half-life of {math.log(2) / (rate * wd):.0f} steps in a run of {d.n_steps}); {shrinking:.0%} of the "
+                                   f"layers' weights shrank to a median {float(np.median(shrink)):.2g} of their start while the loss "
+                                   "made poor progress: the decay outweighs the gradient", min(1.0, 0.5 + shrinking / 2), int(wsteps[-1])))
         # coupled decay (added to the gradient): compare its size with the gradient's
-        if _opt_type(d) in COUPLED_DECAY and not out:
+        if d.optimizer_type in COUPLED_DECAY and not out:
             gsteps, g = d.metric("grad_norm")
             rows = {int(s): k for k, s in enumerate(gsteps)}
             pairs = [(r, rows[int(s)]) for r, s in enumerate(wsteps) if int(s) in rows]
             if pairs:
-                ratio = wd * w[[a for a, _ in pairs]][:, layers].astype(np.float64) / g[[b for _, b in pairs]][:, layers].astype(np.float64)
+                with np.errstate(divide="ignore", invalid="ignore"):  # a zero gradient: the ratio is inf, then dropped
+                    ratio = wd * w[[a for a, _ in pairs]][:, layers].astype(np.float64) / g[[b for _, b in pairs]][:, layers].astype(np.float64)
                 r = ratio[np.isfinite(ratio)]
                 if len(r) and float(np.median(r)) > 5.0:
                     out.append(Finding(kinds.OPTIMIZER, kinds.WEIGHT_DECAY_TOO_HIGH, "error",

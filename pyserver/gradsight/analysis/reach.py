@@ -4,7 +4,8 @@ A trainable parameter the optimizer holds learns only if, at the optimizer's ste
 step changes it. Three ways this fails, told apart by what the records show:
 
 - no parameter has a gradient at any step although backward runs: the loop loses them (``zero_grad()``
-  between ``backward()`` and ``step()``, or ``step()`` before ``backward()``): the optimizer's fault;
+  between ``backward()`` and ``step()``, or ``step()`` before ``backward()``), so nothing is updated: the
+  optimizer's ``not_updated``;
 - some layers never get one: the graph is cut before them (a ``detach()`` or ``no_grad`` in the forward), or
   the forward never calls them: named at the topmost module whose trainable layers all lack one;
 - gradients are there but the weights never move (updates rounded away in low precision): ``not_updated``.
@@ -15,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import kinds
-from .data import RunData
+from .data import ADAPTIVE, RunData
 from .findings import Finding
 
 MIN_AFFECTED = 0.02  # layers holding less than this share of the parameters are not worth an error
@@ -37,6 +38,12 @@ def _got_gradient(d: RunData, layers: list[int]) -> tuple[dict[int, float], dict
     steps, g = d.metric("grad_norm")
     if not g.size:
         return {}, {}
+    # a non-finite loss gives non-finite gradients, which read as missing: only steps with a finite loss tell
+    at = np.searchsorted(d.steps["step"], steps).clip(0, max(0, d.n_steps - 1))
+    finite = np.isfinite(d.steps["loss"][at]) if d.n_steps else np.zeros(len(steps), dtype=bool)
+    if not finite.any():
+        return {}, {}
+    g = g[finite]
     there, nonzero = {}, {}
     for i in layers:
         col = g[:, i].astype(np.float64)
@@ -80,7 +87,6 @@ def _topmost(d: RunData, cut: set[int], trainable: dict[int, int]) -> list[int]:
     return out
 
 
-ADAPTIVE = {"Adam", "AdamW", "NAdam", "RAdam", "Adamax", "RMSprop", "Adagrad", "Adadelta", "Adafactor", "SparseAdam"}
 
 
 def _meant_update(d: RunData, i: int) -> float:
@@ -96,8 +102,7 @@ def _meant_update(d: RunData, i: int) -> float:
     rms = float(np.nanmedian(w[:, i])) / np.sqrt(numel)
     if rms <= 0:
         return float("inf")
-    kind = str((d.optimizers[0] if d.optimizers else {}).get("type") or d.run.get("optimizer") or "")
-    if kind in ADAPTIVE:
+    if d.optimizer_type in ADAPTIVE:
         return rate / rms
     g = float(np.nanmedian(gm[:, i])) if gm.size and np.isfinite(gm[:, i]).any() else 0.0
     return rate * g / rms
@@ -119,7 +124,8 @@ def detect(d: RunData) -> list[Finding]:
     zero = {i for i, share in nonzero.items() if share == 0.0}
     backward = np.nan_to_num(d.steps.get("n_backward", np.zeros(d.n_steps)), nan=0.0)
     if (never == set(trainable) or zero == set(trainable)) and float(np.mean(backward >= 1)) >= 0.5:
-        out.append(Finding(kinds.OPTIMIZER, kinds.NO_GRADIENT, "error",
+        # backward gives the gradients; the step never sees them: nothing is updated
+        out.append(Finding(kinds.OPTIMIZER, kinds.NOT_UPDATED, "error",
                            f"backward() runs at every step, but when optimizer.step() runs no parameter has a gradient "
                            f"(none of {len(trainable)} layers, at any of {d.n_steps} steps): the loop loses them between "
                            "backward and step (zero_grad() after backward(), or step() before it)", 1.0, first))

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..thresholds import Thresholds
-from .data import RunData
+from .data import SATURATING, RunData
 from .findings import Finding
 from .losscurve import LossCurve
 
@@ -82,7 +82,12 @@ def find(data: RunData, findings: list[Finding], curve: LossCurve, t: Thresholds
     indirect = sorted([f for f in of("dead_units") if not f.direct], key=lambda f: (f.step if f.step is not None else 10**9,
                                                                                       -rank.get(index.get(f.module, -1), -1)))
     dying = direct + indirect
-    tiers.append((5, dying + of("saturation", None) + of("attention_entropy_collapse")))
+    if curve.not_decreasing:
+        # units that were alive when the run began and died while the loss never fell follow from what kept it
+        # from falling (labels with no signal, say): they are not its cause
+        first = _first_sampled(data)
+        dying = [f for f in dying if f.kind != "dead_units" or f.step is None or first is None or f.step <= first + 1]
+    tiers.append((5, _through_squashing(data, dying) + dying + of("saturation", None) + of("attention_entropy_collapse")))
     if curve.not_decreasing or any(f.kind == "loss_spike" for f in findings):
         tiers.append((6, _stagnation(data, findings, curve, t)))
     for tier, cands in tiers:
@@ -94,6 +99,28 @@ def find(data: RunData, findings: list[Finding], curve: LossCurve, t: Thresholds
         conf = top.strength * TIER_WEIGHT[tier] * (1 - 0.4 * rival)
         return RootCause(top.module, top.kind, round(float(conf), 3), _path(data, top, findings), top.evidence, top.step)
     return None
+
+
+def _through_squashing(data: RunData, dying: list[Finding]) -> list[Finding]:
+    """Gradients that vanish at a layer followed by a chain of sigmoid/tanh activations: each passes back at most
+    1/4 (sigmoid) of the gradient, so the activations, not the layer, are where it is lost."""
+    if not dying or dying[0].kind != "vanishing_gradient" or dying[0].module not in data.index:
+        return []
+    rank = data.forward_rank()
+    at = rank[data.index[dying[0].module]]
+    after = sorted([m for m in data.modules if m.type in SATURATING and m.forward_order is not None and rank[m.id] > at],
+                   key=lambda m: rank[m.id])
+    if len(after) < 2:
+        return []
+    top = dying[0]
+    return [Finding(after[0].name, "saturation", "error",
+                    f"{top.evidence}; between it and the loss the gradient passes {len(after)} {after[0].type} activations, each "
+                    f"passing back a fraction of it (at most 1/4 for a sigmoid): they shrink it on its way back", top.strength, top.step)]
+
+
+def _first_sampled(data: RunData) -> int | None:
+    steps, _ = data.metric("dead_frac")
+    return int(steps[0]) if len(steps) else None
 
 
 def _explains(cause: Finding, other: Finding, rank: dict[int, int], index: dict[str, int]) -> bool:
@@ -120,7 +147,11 @@ def _from_start(inside: list[Finding], init: list[Finding], data: RunData) -> li
 
 def _learning_rate(data: RunData, findings: list[Finding], curve: LossCurve, t: Thresholds, anomaly: int | None) -> list[Finding]:
     out: list[Finding] = []
-    trouble = curve.spike_step is not None or curve.diverging or curve.oscillating or any(
+    loss = data.steps["loss"]
+    fin = loss[np.isfinite(loss)]
+    # the loss ends well above where it began (it jumped within the first steps, before the curve's first tenth)
+    rose = bool(len(fin) and fin[0] > 0 and np.isfinite(curve.tail) and curve.tail > 1.5 * fin[0])
+    trouble = curve.spike_step is not None or curve.diverging or curve.oscillating or rose or any(
         f.kind in ("nan_inf", "exploding_gradient") and f.severity == "error" for f in findings)
     if curve.lr_jump_step is not None and trouble:
         first_trouble = min([s for s in (curve.spike_step, anomaly) if s is not None], default=None)
@@ -134,7 +165,10 @@ def _learning_rate(data: RunData, findings: list[Finding], curve: LossCurve, t: 
     scaled_wrong = any(f.kind == "poor_initialization" and f.severity == "error" and (f.step or 0) <= first + 1 for f in findings) or any(
         f.module == "input" and f.kind == "activation_out_of_range" for f in findings)
     if trouble and ur.size and layers and not scaled_wrong:
-        early = ur[: max(2, len(steps) // 3)][:, layers].astype(np.float64)
+        # "from the start": the sampled steps in the run's first tenth (at least two rows), not a share of the rows,
+        # which crowd where triggers fired
+        n_early = max(2, int(np.sum(steps <= first + max(5, data.n_steps // 10))))
+        early = ur[:n_early][:, layers].astype(np.float64)
         per_layer = np.nanmedian(np.where(np.isfinite(early), early, np.nan), axis=0) if np.isfinite(early).any() else np.array([])
         per_layer = per_layer[np.isfinite(per_layer)]
         if len(per_layer) and np.mean(per_layer > t.update_ratio_high) >= 0.5:
@@ -143,7 +177,7 @@ def _learning_rate(data: RunData, findings: list[Finding], curve: LossCurve, t: 
             out.append(Finding("optimizer", "learning_rate_too_high", "error",
                                f"update ratio mean|dW|/mean|W| is {med:.3g} (> {t.update_ratio_high:g}) in "
                                f"{np.mean(per_layer > t.update_ratio_high):.0%} of layers from the start, and the loss "
-                               f"{'spikes' if curve.spike_step is not None else 'diverges' if curve.diverging else 'oscillates'}",
+                               f"{'spikes' if curve.spike_step is not None else 'diverges' if curve.diverging else 'ends above where it began' if rose else 'oscillates'}",
                                float(np.clip(strength, 0.5, 1.0)), int(steps[0])))
     return out
 
