@@ -11,7 +11,9 @@ Causes are weighed in causal order, the most direct evidence first:
 3. the forward path: an unnormalised input, weights badly scaled from the start,
    then the first module (in time, then forward order) whose output left its range;
 4. the backward path: the layer whose gradient norm explodes first;
-5. gradients that vanish or units that die, nearest the input first;
+5. gradients that vanish (through a chain of sigmoid/tanh activations: the activations are named) or units
+   that die, nearest the input first (units that died after the loss had already stopped falling follow
+   from what stopped it, and are passed over);
 6. a loss that does not decrease: frozen layers, tiny steps, an oscillating
    optimizer, else the data.
 
