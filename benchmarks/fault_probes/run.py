@@ -33,7 +33,7 @@ import run as zoo_run  # noqa: E402  (the fault zoo's runner: its scoring and su
 def entries(sets: list[str], k: str) -> list[dict[str, Any]]:
     out = []
     for folder in sorted(HERE.glob("set_*")):
-        if sets and folder.name not in sets:
+        if (sets and folder.name not in sets) or not (folder / "labels.toml").exists():
             continue
         labels = tomllib.loads((folder / "labels.toml").read_text())
         for p in labels.get("probe", []):
