@@ -16,7 +16,7 @@ V = len(vocab)
 
 
 class CharLM(nn.Module):
-    def __init__(self, v=V, e=32, h=128):
+    def __init__(self, v=V, e=32, h=96):
         super().__init__()
         self.embed = nn.Embedding(v, e)
         self.rnn = nn.GRU(e, h, batch_first=True)

@@ -41,7 +41,7 @@ class Mixer(nn.Module):
         self.patch_embed = nn.Conv2d(3, dim, kernel_size=patch, stride=patch)
         n_tokens = (16 // patch) ** 2
         self.blocks = nn.ModuleList(
-            [MixerBlock(n_tokens, dim, 32, 128) for _ in range(depth)]
+            [MixerBlock(n_tokens, dim, 32, 96) for _ in range(depth)]
         )
         self.norm = nn.LayerNorm(dim)
         self.head = nn.Linear(dim, n_classes)

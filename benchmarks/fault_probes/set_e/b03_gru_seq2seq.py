@@ -27,7 +27,7 @@ src_all, tgt_all = make_data(N)
 
 
 class Seq2Seq(nn.Module):
-    def __init__(self, vocab, emb=32, hidden=128):
+    def __init__(self, vocab, emb=32, hidden=96):
         super().__init__()
         self.src_emb = nn.Embedding(vocab, emb, padding_idx=PAD)
         self.tgt_emb = nn.Embedding(vocab, emb, padding_idx=PAD)

@@ -595,7 +595,11 @@ class Detector:
             return
         i = last[-1]
         fin = np.isfinite(mx[:, i]) & np.isfinite(mn[:, i])
-        if self.types[i] == "Softmax" or (fin.any() and (mn[fin, i] >= 0).all() and (mx[fin, i] <= 1.0 + 1e-6).all()):
+        # outputs in [0, 1] are probabilities only if rows sum to 1: where the loss's inputs were measured, lossfit
+        # checks that; here, without them, the range is all there is
+        measured = bool(self.d.observed("loss"))
+        in_unit = fin.any() and (mn[fin, i] >= 0).all() and (mx[fin, i] <= 1.0 + 1e-6).all()
+        if self.types[i] == "Softmax" or (in_unit and not measured):
             module = self.names[i] if self.types[i] in ("Softmax",) else "loss"
             self.add(module, "double_softmax", "error",
                      f"the model's output ({self.names[i]!r}, {self.types[i]}) is already probabilities in [0, 1], "

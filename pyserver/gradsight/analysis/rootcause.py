@@ -68,7 +68,8 @@ def find(data: RunData, findings: list[Finding], curve: LossCurve, t: Thresholds
                   + of("loss_target_mismatch") + of("frozen") + of("gradient_clipping_too_strong") + of("optimizer_eps_too_high")
                   + of("weight_decay_too_high")))
     nonfinite = of("nan_inf")
-    tiers.append((1, [f for f in nonfinite if f.direct]))
+    direct_nonfinite = [f for f in nonfinite if f.direct]
+    tiers.append((1, _step_blew_up(data, direct_nonfinite, t) + direct_nonfinite))
     tiers.append((2, of("loss_scale_too_high") + [f for f in of("learning_rate_too_high") + of("learning_rate_too_low")
                                                    if "learning rate grew" in f.evidence or "fell from" in f.evidence or "never came near" in f.evidence]
                   + _learning_rate(data, findings, curve, t, anomaly_step)))
@@ -101,6 +102,30 @@ def find(data: RunData, findings: list[Finding], curve: LossCurve, t: Thresholds
         conf = top.strength * TIER_WEIGHT[tier] * (1 - 0.4 * rival)
         return RootCause(top.module, top.kind, round(float(conf), 3), _path(data, top, findings), top.evidence, top.step)
     return None
+
+
+def _step_blew_up(data: RunData, nonfinite: list[Finding], t: Thresholds) -> list[Finding]:
+    """Values that turn non-finite just after an optimizer step that moved most layers' weights by more than
+    their own size: the step (its learning rate) made them, not the module where they first show."""
+    if not nonfinite or nonfinite[0].step is None or nonfinite[0].module == "input":
+        return []
+    at = nonfinite[0].step
+    steps, ur = data.metric("update_ratio")
+    layers = data.own_layers()
+    rows = np.flatnonzero((steps < at) & (steps >= at - 2))
+    if not len(rows) or not layers:
+        return []
+    last = ur[rows[-1]][layers].astype(np.float64)
+    last = last[np.isfinite(last)]
+    big = t.update_ratio_high * 10  # mean|dW| over mean|W| above 1: the step replaced the weights
+    if not len(last) or float(np.mean(last > big)) < 0.5:
+        return []
+    lr = data.steps["lr"]
+    rate = float(np.nanmax(lr)) if np.isfinite(lr).any() else float("nan")
+    return [Finding("optimizer", "learning_rate_too_high", "error",
+                    f"the optimizer step before step {at} moved {float(np.mean(last > big)):.0%} of the layers by a median "
+                    f"{float(np.median(last)):.3g}x their own size (learning rate {rate:.3g}); at step {at} the values turned "
+                    f"non-finite (first in {nonfinite[0].module!r})", 0.9, int(steps[rows[-1]]))]
 
 
 def _through_squashing(data: RunData, dying: list[Finding]) -> list[Finding]:
@@ -176,10 +201,12 @@ def _learning_rate(data: RunData, findings: list[Finding], curve: LossCurve, t: 
         if len(per_layer) and np.mean(per_layer > t.update_ratio_high) >= 0.5:
             med = float(np.median(per_layer))
             strength = min(1.0, 0.5 + 0.25 * np.log10(med / t.update_ratio_high + 1e-12) + 0.25)
+            how = ("spikes" if curve.spike_step is not None else "diverges" if curve.diverging
+                   else "ends above where it began" if rose else "oscillates")
             out.append(Finding("optimizer", "learning_rate_too_high", "error",
                                f"update ratio mean|dW|/mean|W| is {med:.3g} (> {t.update_ratio_high:g}) in "
                                f"{np.mean(per_layer > t.update_ratio_high):.0%} of layers from the start, and the loss "
-                               f"{'spikes' if curve.spike_step is not None else 'diverges' if curve.diverging else 'ends above where it began' if rose else 'oscillates'}",
+                               f"{how}",
                                float(np.clip(strength, 0.5, 1.0)), int(steps[0])))
     return out
 
