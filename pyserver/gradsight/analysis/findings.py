@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -164,7 +165,8 @@ class Detector:
         return bool(np.isfinite(c.head) and np.isfinite(c.tail) and c.head > 0 and c.tail < 0.5 * c.head
                     and np.isfinite(self.loss).all())
 
-    def falls_steadily(self) -> bool:
+    @cached_property
+    def steady(self) -> bool:
         """The loss falls by a good share of its start and ends near its lowest, with no spike it did not recover
         from, no divergence or oscillation: units that stop firing then are the model's sparse solution, not a
         failure (a loss with a high floor, a reconstruction's, need not halve)."""
@@ -180,17 +182,22 @@ class Detector:
         lowest = float(np.convolve(fin, np.ones(k) / k, mode="valid").min())
         return bool(c.tail < (1.0 - self.t.loss_progress_steady) * c.head and c.tail <= 1.5 * lowest)
 
+    @cached_property
+    def scale_free(self) -> bool:
+        """An adaptive optimizer divides the gradient's scale away: with a steadily falling loss, large gradient
+        norms (a loss summed rather than averaged, say) are not steps that blow up."""
+        return self.steady and self.d.optimizer_type in ADAPTIVE
+
     def triggers(self) -> None:
         """The runtime's own trigger events that name a layer are direct evidence."""
         kinds = {"grad_explode": "exploding_gradient", "vanishing": "vanishing_gradient", "dead_units": "dead_units"}
-        well, steady = self.learning_well(), self.falls_steadily()
-        scale_free = steady and self.d.optimizer_type in ADAPTIVE
+        well = self.learning_well()
         for e in self.d.events:
             kind = kinds.get(e.name)
             if e.kind == "trigger" and kind and e.module and e.module in self.d.index:
-                if kind == "exploding_gradient" and (well or scale_free):
+                if kind == "exploding_gradient" and (well or self.scale_free):
                     continue  # large but healthy: judged by exploding() against the run's own history
-                if kind == "dead_units" and steady:
+                if kind == "dead_units" and self.steady:
                     continue  # judged by dead(), which names them a warning while the loss falls
                 # zero gradients may be the consequence of dead units further on: not direct evidence
                 self.add(e.module, kind, "error", f"{e.name} trigger at step {e.step}: {e.message}", 0.7, e.step,
@@ -297,7 +304,6 @@ class Detector:
         steps, g = self.sampled("grad_norm")
         if not g.size:
             return
-        scale_free = self.d.optimizer_type in ADAPTIVE and self.falls_steadily()
         early = max(1, min(len(steps) // 5, 20))
         for i in self.layers:
             col = g[:, i].astype(np.float64)
@@ -311,10 +317,7 @@ class Detector:
                 growth = top / base if base and base > 0 else float("inf")
                 if growth < 10 and self.learning_well():
                     continue  # large from the start and the loss falls well: this model's scale, not an explosion
-                # an adaptive optimizer divides the gradient's scale away: large norms while the loss falls steadily are
-                # a loss summed rather than averaged, say, not steps that blow up
-                severity = "warning" if scale_free else "error"
-                self.add(self.names[i], "exploding_gradient", severity,
+                self.add(self.names[i], "exploding_gradient", "warning" if self.scale_free else "error",
                          f"gradient norm {_fmt(top)} > {self.t.layer_grad_norm:g} (first at step {int(steps[over[0]])}; "
                          f"{_fmt(growth)}x its early median {_fmt(base)})", _strength(top / self.t.layer_grad_norm), int(steps[over[0]]))
         # gradients growing toward the input: first/last layer ratio (AUTOTRAINER)
@@ -374,7 +377,7 @@ class Detector:
 
     def dead(self) -> None:
         seen: set[int] = set()
-        severity = "warning" if self.falls_steadily() else "error"
+        severity = "warning" if self.steady else "error"
         for kind, limit in (("dead_frac", self.t.dead_units_frac), ("in_dead_frac", self.t.dead_units_frac)):
             steps, mat = self.sampled(kind)
             if not mat.size:

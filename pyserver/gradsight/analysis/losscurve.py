@@ -78,7 +78,7 @@ def analyse(data: RunData, t: Thresholds) -> tuple[LossCurve, list[Finding]]:
         at = loss[steps == curve.spike_step]
         # a spike in the run's last steps cannot show whether the run recovers: below where the run began, one bad
         # batch is the likelier reading than a run going wrong
-        late = (len(after) < 3 and len(at) and np.isfinite(at[0]) and math.isfinite(curve.head) and float(at[0]) < curve.head
+        late = bool(len(after) < 3 and len(at) and np.isfinite(at[0]) and math.isfinite(curve.head) and float(at[0]) < curve.head
                 and not curve.diverging)
         if len(before) and (curve.tail < 0.5 * level or back or late) and np.isfinite(loss[-max(1, len(loss) // 10):]).all():
             curve.spike_recovered = True

@@ -122,11 +122,10 @@ def detect(d: RunData, t: Thresholds, curve: LossCurve, trouble: bool) -> list[F
         batch = int(summed[0]["input_shape"][0]) if is_summed and summed[0]["input_shape"] else 1
         # an adaptive optimizer divides the gradient's scale away: a sum matters to SGD-like steps (or when it blows up)
         scale_matters = trouble or (d.optimizer_type not in ADAPTIVE and _struggles(curve, 0.5))
-        if name in MEAN_LOSSES and scale_matters and is_summed:
-            if batch >= 16:
-                    out.append(Finding(kinds.LOSS, kinds.LOSS_SCALE_TOO_HIGH, "error",
-                                       f"{name} sums over the batch (reduction='sum', {batch} rows) instead of averaging: every gradient, "
-                                       f"and so every step, is {batch}x what the learning rate was chosen for", 0.9, first[name]))
+        if name in MEAN_LOSSES and scale_matters and is_summed and batch >= 16:
+            out.append(Finding(kinds.LOSS, kinds.LOSS_SCALE_TOO_HIGH, "error",
+                               f"{name} sums over the batch (reduction='sum', {batch} rows) instead of averaging: every gradient, "
+                               f"and so every step, is {batch}x what the learning rate was chosen for", 0.9, first[name]))
         if name == "cross_entropy" and head is not None:
             classes = [c["input_shape"][1] for c in calls if len(c["input_shape"]) >= 2 and c["input_shape"][1] > 1]
             loss = d.steps["loss"]

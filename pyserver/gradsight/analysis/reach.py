@@ -87,8 +87,6 @@ def _topmost(d: RunData, cut: set[int], trainable: dict[int, int]) -> list[int]:
     return out
 
 
-
-
 def _meant_update(d: RunData, i: int) -> float:
     """The relative size of the update the optimizer means to give layer ``i`` (lr * mean|g| / RMS(W); an adaptive
     optimizer's normalised step: lr / RMS(W)): updates this small round away legitimately."""

@@ -312,11 +312,6 @@ def loop_hover(view: RunView) -> str | None:
     return "\n".join(out)
 
 
-def outside_line(module: str, text: str) -> int | None:
-    """The script line a fault of the optimizer, the loss or the input belongs on (1-based)."""
-    return Script(text).place_line(module)
-
-
 @dataclass(frozen=True)
 class Problem:
     """A diagnostic before it becomes an LSP one."""
@@ -349,7 +344,7 @@ def problems(view: RunView, entries: list[LineLayers], text: str, is_script: boo
         if rc and rc["module"] in e.layers():
             out.append(Problem(e.line, "error", rc["kind"], _cause_message(view, rc), rc["module"]))
     if rc and is_script and rc["module"] in PLACES:
-        line = outside_line(rc["module"], text)
+        line = Script(text).place_line(rc["module"])  # the optimizer's, the loss's or the input's line
         if line:
             out.append(Problem(line, "error", rc["kind"], _cause_message(view, rc), rc["module"]))
     return out
