@@ -100,7 +100,12 @@ def score(expected: list[dict[str, str]] | None, diagnosis: dict[str, Any] | Non
         return Verdict(ok, ok, ok, got, conf, rc is None, not ok)
     if rc is None:
         return Verdict(False, False, False, "no root cause", None, True, False)
-    pair = (rc.get("module"), rc.get("kind"))
+    module = rc.get("module")
+    phase = (diagnosis.get("run") or {}).get("phase") or {}
+    for part in phase.get("models") or []:  # a phase's model names its modules "<model>.<name>" in a store of several
+        if isinstance(module, str) and module.startswith(f"{part}."):
+            module = module[len(part) + 1:]
+    pair = (module, rc.get("kind"))
     right = any((e["module"], e["kind"]) == pair for e in expected)
     module_right = any(e["module"] == pair[0] for e in expected)
     kind_right = any(e["kind"] == pair[1] for e in expected)

@@ -28,6 +28,9 @@ class Thresholds:
     global_grad_norm: float = 100.0  # the whole model's gradient norm above this is exploding
     exploding_ratio: float = 70.0  # first/last layer grad-norm ratio above this: explosion towards the input
     vanishing_mean_grad: float = 1e-7  # mean |grad| below this is vanishing
+    # a loss below this share of its start has little left to learn: its gradients are that much smaller than at
+    # the start, so small gradients then are convergence, not vanishing
+    converged_share: float = 0.05
     vanishing_ratio: float = 1e-3  # a layer's mean |grad| below this fraction of the largest layer's
     dead_grad_frac: float = 0.7  # this fraction of a layer's gradients exactly zero: dying units
     dead_units_frac: float = 0.5  # this fraction of units zero for a whole batch: dead units (30-40% is common in healthy ReLU nets)
@@ -50,6 +53,9 @@ class Thresholds:
     lr_decay_dead: float = 1e-3  # ... and ends below this fraction: the rest of the run hardly moves the weights
     lr_base_low: float = 0.05  # the rate never reached this fraction of its base (initial_lr: a warmup longer than the run)
     # the optimizer's other settings
+    lr_early_low: float = 0.15  # a gradual schedule below this share of its peak rate ...
+    lr_early_share: float = 0.4  # ... from this share of the run on, while the loss still falls: it decayed too early
+    clip_ratio_slow: float = 0.25  # SGD-like steps cut to below this fraction by clipping, while the loss makes poor progress
     clip_ratio_low: float = 0.01  # clipping to below this fraction of the gradient's norm (or of its largest element)
     eps_over_grad_rms: float = 10.0  # Adam's eps this many times the gradients' RMS: the update shrinks to lr * g / eps
     penalty_cos_high: float = 0.9  # cos(gradient, weights) above this in most layers: a weight penalty is all of the gradient

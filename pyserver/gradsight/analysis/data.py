@@ -38,6 +38,7 @@ class RunData:
     index: dict[str, int] = field(default_factory=dict)
     observations: list[Observation] = field(default_factory=list)  # what measured steps' functions were given
     model_steps: dict[int, dict[str, np.ndarray]] = field(default_factory=dict)  # the steps of each further model
+    phase: dict[str, Any] | None = None  # the training phase diagnosed, when the run trained models one after another
 
     @property
     def optimizers(self) -> list[dict[str, Any]]:
@@ -109,4 +110,29 @@ def _load(path: str) -> RunData:
         data = RunData(str(path), run, modules, store.params(), steps, metrics, store.events(), (inp_steps, inp),
                        observations=store.observations(), model_steps=store.model_steps())
     data.index = {m.name: m.id for m in modules}
+    return _last_phase(data)
+
+
+def _last_phase(data: RunData) -> RunData:
+    """A script that trains one model and then another (a teacher, then its student; pre-training, then a new
+    head's model) holds phases one after another in one store. The diagnosis is of the last phase: the earlier
+    one's steps are another model's, and its learning rate and loss beside the later one's read as a jump and a
+    spike. A phase starts where a model's first step is and no other model steps beside it (a GAN's two networks
+    step together: one phase)."""
+    parts = [m for m in data.run.get("models") or [] if isinstance(m, dict) and isinstance(m.get("first_step"), int)]
+    if len(parts) < 2:
+        return data
+    start = max(int(m["first_step"]) for m in parts)
+    beside = any(len(v.get("step", ())) and float(np.nanmax(v["step"])) >= start for v in data.model_steps.values())
+    keep = data.steps["step"] >= start
+    if start <= 0 or beside or not keep.any() or keep.all():
+        return data
+    data.steps = {k: v[keep] for k, v in data.steps.items()}
+    data.metrics = {k: (st[st >= start], mat[st >= start]) for k, (st, mat) in data.metrics.items()}
+    inp_steps, inp = data.input_stats
+    data.input_stats = (inp_steps[inp_steps >= start], inp[inp_steps >= start])
+    data.events = [e for e in data.events if e.step is None or e.step >= start]
+    data.observations = [o for o in data.observations if o.step >= start]
+    names = [str(m.get("name") or "") for m in parts if int(m["first_step"]) == start]
+    data.phase = {"models": names, "from_step": start, "phases": len({int(m["first_step"]) for m in parts})}
     return data

@@ -142,7 +142,7 @@ def assemble(data: RunData, findings: list[Finding], cause: RootCause | None) ->
     model -= sum(penalty(f) for f in outside if f.severity != "info")
     reported = {f.kind for f in findings}
     run = {"path": data.path, "script": data.run.get("script"), "steps": data.n_steps, "status": data.run.get("status"),
-           "model": data.run.get("model"), "optimizer": data.run.get("optimizer"),
+           "model": data.run.get("model"), "optimizer": data.run.get("optimizer"), "phase": data.phase,
            # what the runtime warned of (its own cost, a watch it could not parse, ...), unless a finding says it
            "warnings": [{"step": e.step, "name": e.name, "message": e.message} for e in data.events
                         if e.kind == "warning" and e.name not in reported]}

@@ -199,6 +199,8 @@ class Detector:
                     continue  # large but healthy: judged by exploding() against the run's own history
                 if kind == "dead_units" and self.steady:
                     continue  # judged by dead(), which names them a warning while the loss falls
+                if kind == "vanishing_gradient" and e.step is not None and self.converged(np.array([e.step]), self.t.converged_share)[0]:
+                    continue  # the loss is ~0 against its start: nothing is left to learn, so the gradients are small
                 # zero gradients may be the consequence of dead units further on: not direct evidence
                 self.add(e.module, kind, "error", f"{e.name} trigger at step {e.step}: {e.message}", 0.7, e.step,
                          direct=kind != "dead_units" or "dead" in (e.condition or "") and "grad" not in (e.condition or ""))
@@ -336,10 +338,12 @@ class Detector:
     def vanishing(self) -> None:
         steps, mean = self.sampled("grad_mean")
         fwd = [i for i in self.layers_fwd if self.types[i] not in EMBEDDINGS]
+        # gradients of a loss already ~0 against its start are small because nothing is left to learn
         if mean.size and fwd:
+            learning = ~self.converged(steps, self.t.converged_share)
             for i in fwd:
                 col = mean[:, i].astype(np.float64)
-                fin = np.isfinite(col)
+                fin = np.isfinite(col) & learning
                 if fin.sum() < 2:
                     continue
                 low = fin & (col < self.t.vanishing_mean_grad) & (col > 0)
@@ -355,7 +359,7 @@ class Detector:
             rms = g[:, fwd].astype(np.float64) / np.sqrt(numel)
             with np.errstate(invalid="ignore", divide="ignore"):
                 ratio = rms[:, 0] / rms[:, -1]
-            ok = np.isfinite(ratio) & (ratio > 0)
+            ok = np.isfinite(ratio) & (ratio > 0) & ~self.converged(gsteps, self.t.converged_share)
             if ok.sum() >= 3:
                 med = float(np.median(ratio[ok]))
                 if med < self.t.vanishing_ratio:
@@ -365,15 +369,16 @@ class Detector:
                                  f"RMS gradient of the first layer is {_fmt(med)} of the last layer's (< {self.t.vanishing_ratio:g})",
                                  _strength(self.t.vanishing_ratio / med, span=3), int(gsteps[np.flatnonzero(ok)[0]]))
 
-    def converged(self, steps: np.ndarray) -> np.ndarray:
-        """Steps at which the loss is ~0 against its start: units off then are a sparse solution, not dying."""
+    def converged(self, steps: np.ndarray, share: float = 0.02) -> np.ndarray:
+        """Steps at which the loss is ~0 against its start (below ``share`` of it): units off then are a sparse
+        solution, not dying; small gradients (below Thresholds.converged_share) are convergence, not vanishing."""
         loss = self.loss
         fin = loss[np.isfinite(loss)]
         if not len(fin) or fin[0] <= 0:
             return np.zeros(len(steps), dtype=bool)
         at = np.searchsorted(self.steps, steps).clip(0, len(loss) - 1)
         with np.errstate(invalid="ignore"):
-            return np.asarray(np.abs(loss[at]) < 0.02 * abs(float(np.median(fin[: max(1, min(10, len(fin)))]))))
+            return np.asarray(np.abs(loss[at]) < share * abs(float(np.median(fin[: max(1, min(10, len(fin)))]))))
 
     def dead(self) -> None:
         seen: set[int] = set()
@@ -536,6 +541,15 @@ class Detector:
                      f"none of the model's {n} trainable parameter tensors is in the optimizer, though they all receive gradients: "
                      "it holds other parameters (the model built again, or copied, after the optimizer was made?)", 1.0)
             unstepped = {}
+        left = sum(p["numel"] for p in self.d.params if p["trainable"] and p["got_grad"] and not p["in_optimizer"])
+        whole = 0 in unstepped and self.names[0] == ""  # the model's own parameters (a class token, say) are left out
+        if has_opt and len(unstepped) >= 2 and (whole or left > sum(p["numel"] for p in held)):
+            # most of the model is left out of the optimizer: it was built over a part of it (the head's parameters)
+            kept = sorted({self.names[p["module_id"]] for p in held})
+            self.add("optimizer", "not_updated", "error",
+                     f"the optimizer holds only the parameters of {', '.join(repr(k) for k in kept[:3])}{' ...' if len(kept) > 3 else ''}; "
+                     f"{left:,} parameters in {len(unstepped)} other modules receive gradients but are never updated", 1.0)
+            unstepped = {}
         for mid, names in unstepped.items():
             self.add(self.names[mid], "not_updated", "error",
                      f"{', '.join(names)} receive gradients but no optimizer updates them", 1.0)
@@ -578,10 +592,23 @@ class Detector:
         if not fin.any():
             return
         med_mag, med_std = float(np.median(mag[fin])), float(np.nanmedian(std))
-        if med_std > 20 or med_mag > 200:
+        if (med_std > 20 or med_mag > 200) and not self._scaled_within(med_mag):
             self.add("input", "activation_out_of_range", "error",
                      f"the input is not normalised: std {_fmt(med_std)}, magnitude up to {_fmt(float(mag[fin].max()))}",
                      _strength(max(med_std / 20, med_mag / 200)), int(steps[np.flatnonzero(fin)[0]]))
+
+    def _scaled_within(self, input_mag: float) -> bool:
+        """The model brings its input to scale before its first layer (a standardisation in its forward, a norm
+        layer first): that layer's outputs are a small fraction of the input's magnitude, and small."""
+        _, mn = self.sampled("act_min")
+        _, mx = self.sampled("act_max")
+        for i in self.layers_fwd:
+            if not mx.size or not np.isfinite(mx[:, i]).any():
+                continue
+            mag = np.maximum(np.abs(mn[:, i]), np.abs(mx[:, i])).astype(np.float64)
+            first = float(np.nanmedian(mag))
+            return first < 20 and first < input_mag / 20
+        return False
 
     def softmax_loss(self) -> None:
         """Probabilities fed to a loss that applies (log-)softmax itself."""

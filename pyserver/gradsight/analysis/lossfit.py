@@ -128,15 +128,18 @@ def detect(d: RunData, t: Thresholds, curve: LossCurve, trouble: bool) -> list[F
                                f"and so every step, is {batch}x what the learning rate was chosen for", 0.9, first[name]))
         if name == "cross_entropy" and head is not None:
             classes = [c["input_shape"][1] for c in calls if len(c["input_shape"]) >= 2 and c["input_shape"][1] > 1]
-            loss = d.steps["loss"]
-            if classes and len(loss) and math.isfinite(float(loss[0])):
+            # the cross-entropy's own value at its first measured call: the step's loss may be it scaled (a static loss
+            # scale) or summed with other terms (a distillation's KL), which say nothing of the logits' size
+            own = calls[0].get("value")
+            first_loss, at = (float(own), st) if isinstance(own, (int, float)) else (
+                (float(d.steps["loss"][0]), int(d.steps["step"][0])) if len(by_loss) == 1 and d.n_steps else (math.nan, st))
+            if classes and math.isfinite(first_loss):
                 ln_c = math.log(classes[0])
-                per_row = float(loss[0]) / (batch if is_summed else 1)  # a sum over the batch is batch x the mean
+                per_row = first_loss / (batch if is_summed else 1)  # a sum over the batch is batch x the mean
                 if per_row > t.initial_loss_over_log_classes * ln_c and per_row > ln_c + 2:
                     out.append(Finding(head, kinds.POOR_INITIALIZATION, "error",
-                                       f"the first loss {float(loss[0]):.4g} is {float(loss[0]) / ln_c:.3g}x ln({classes[0]}) = {ln_c:.3g}, "
-                                       "what an output layer that starts near zero gives: its logits start far too large", 0.85,
-                                       int(d.steps["step"][0])))
+                                       f"the cross-entropy at step {at} is {first_loss:.4g}, {first_loss / ln_c:.3g}x ln({classes[0]}) = {ln_c:.3g}, "
+                                       "what an output layer that starts near zero gives: its logits start far too large", 0.85, at))
     return out
 
 

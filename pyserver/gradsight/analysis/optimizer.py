@@ -15,7 +15,7 @@ import numpy as np
 
 from .. import kinds
 from ..thresholds import Thresholds
-from .data import RunData
+from .data import ADAPTIVE, RunData
 from .findings import Finding
 from .losscurve import LossCurve
 
@@ -100,10 +100,11 @@ def learning_rate(d: RunData, t: Thresholds, curve: LossCurve) -> list[Finding]:
                            f"the learning rate grew {peak / first:.3g}x over the run, to {_fmt(peak)} at step {at_peak}: "
                            f"{peak / base:.3g}x the rate {_fmt(base)} the optimizer was given, and still rising at the end: a "
                            "warmup with no cap?", 0.75, at_peak))
-    low = np.flatnonzero(v < t.lr_decay_low * peak)
-    if len(low) and (v[low[0]:] < t.lr_decay_low * peak).all():
+    floor = t.lr_decay_low * peak * 1.001  # (two cuts by 10x land on 1% of the peak, give or take a rounding)
+    low = np.flatnonzero(v < floor)
+    if len(low) and (v[low[0]:] < floor).all():
         k = int(s[low[0]])
-        share = k / max(1, n)
+        share = (k - int(steps[0])) / max(1, n)  # (of the run's phase, when it has several)
         loss = d.steps["loss"]
         idx = int(np.searchsorted(steps, k))
         before, after = loss[: idx + 1], loss[idx:]
@@ -116,6 +117,9 @@ def learning_rate(d: RunData, t: Thresholds, curve: LossCurve) -> list[Finding]:
                                    f"the learning rate fell from {_fmt(peak)} to below {_fmt(t.lr_decay_low * peak)} by step {k} "
                                    f"({share:.0%} of the run: a scheduler stepped every batch?), and the loss stopped falling there "
                                    f"({at_k:.4g} then)", 0.9, k))
+    early = _decayed_early(d, v, s, t)
+    if early is not None and not any(f.kind == kinds.LEARNING_RATE_TOO_LOW for f in out):
+        out.append(early)
     if base is not None and peak < t.lr_base_low * base and _poor(curve, t):
         out.append(Finding(kinds.OPTIMIZER, kinds.LEARNING_RATE_TOO_LOW, "error",
                            f"the learning rate never came near its base {_fmt(base)}: at most {_fmt(peak)} ({peak / base:.2g} of it) in "
@@ -123,7 +127,39 @@ def learning_rate(d: RunData, t: Thresholds, curve: LossCurve) -> list[Finding]:
     return out
 
 
-def clipping(d: RunData, t: Thresholds) -> list[Finding]:
+def _decayed_early(d: RunData, v: np.ndarray, s: np.ndarray, t: Thresholds) -> Finding | None:
+    """A schedule that has brought the rate down to a small part of its peak early in the run (its horizon an
+    epoch, a scheduler stepped per batch or micro-batch), while the loss keeps falling at that small rate: the rest
+    of the run learns at a fraction of the speed it was set for. Only a gradual decay: a plateau scheduler's
+    sudden cut after the loss stopped falling is what it is for."""
+    n = len(d.steps["step"])
+    peak = float(v.max())
+    below = v < t.lr_early_low * peak
+    if n < 20 or not below[-1]:
+        return None
+    k = int(np.flatnonzero(~below)[-1]) + 1 if (~below).any() else 0
+    jumps = v[1:] / v[:-1]
+    gradual = int(np.sum(jumps[:k] < 0.99)) >= 5  # a schedule's many small falls, not a few cuts
+    at = float(s[k] - d.steps["step"][0]) if k else 0.0  # steps into the run (its last phase)
+    if k == 0 or at > t.lr_early_share * n or not gradual:
+        return None
+    loss = d.steps["loss"]
+    idx = int(np.searchsorted(d.steps["step"], s[k]))
+    after = loss[idx:][np.isfinite(loss[idx:])]
+    if len(after) < 10:
+        return None
+    w = max(3, len(after) // 5)
+    start, end = float(np.median(after[:w])), float(np.median(after[-w:]))
+    if start <= 0 or 1.0 - end / start < 0.1:
+        return None  # the loss had nothing left to gain at the small rate
+    return Finding(kinds.OPTIMIZER, kinds.LEARNING_RATE_TOO_LOW, "error",
+                   f"the learning rate fell from {_fmt(peak)} to below {_fmt(t.lr_early_low * peak)} by step {int(s[k])} "
+                   f"({at / n:.0%} of the run: a schedule whose horizon is shorter than the run, or one stepped every "
+                   f"batch?) and stayed there, while the loss was still falling ({start:.4g} then, {end:.4g} at the end)",
+                   0.7, int(s[k]))
+
+
+def clipping(d: RunData, t: Thresholds, curve: LossCurve) -> list[Finding]:
     out: list[Finding] = []
     steps = d.steps
     norm, clip = steps.get("grad_norm"), steps.get("clip_norm")
@@ -132,7 +168,10 @@ def clipping(d: RunData, t: Thresholds) -> list[Finding]:
         if both.sum() >= max(3, 0.5 * len(norm)):
             ratio = float(np.median(clip[both] / norm[both]))
             # too strong: ordinary gradients cut to almost nothing (gradients that exploded are the other fault)
-            if ratio < t.clip_ratio_low and float(np.median(norm[both])) < t.global_grad_norm:
+            # or, for an optimizer whose step is the gradient's size (SGD), every step cut several times while the loss
+            # makes poor progress: clipping sets the step, not the learning rate (an adaptive one divides it away)
+            slow = ratio < t.clip_ratio_slow and d.optimizer_type not in ADAPTIVE and _poor(curve, t)
+            if (ratio < t.clip_ratio_low or slow) and float(np.median(norm[both])) < t.global_grad_norm:
                 out.append(Finding(kinds.OPTIMIZER, kinds.GRADIENT_CLIPPING_TOO_STRONG, "error",
                                    f"clip_grad_norm_ to {_fmt(float(np.median(clip[both])))} rescales every step's gradient "
                                    f"(norm {_fmt(float(np.median(norm[both])))} before clipping) to {ratio:.2g} of it: "
@@ -247,4 +286,4 @@ def weight_decay(d: RunData, t: Thresholds, curve: LossCurve) -> list[Finding]:
 
 
 def detect(d: RunData, t: Thresholds, curve: LossCurve) -> list[Finding]:
-    return learning_rate(d, t, curve) + clipping(d, t) + adam_eps(d, t, curve) + weight_decay(d, t, curve)
+    return learning_rate(d, t, curve) + clipping(d, t, curve) + adam_eps(d, t, curve) + weight_decay(d, t, curve)

@@ -191,7 +191,12 @@ def _learning_rate(data: RunData, findings: list[Finding], curve: LossCurve, t: 
     # large updates from the start follow from weights or inputs badly scaled from the start: those explain them
     scaled_wrong = any(f.kind == "poor_initialization" and f.severity == "error" and (f.step or 0) <= first + 1 for f in findings) or any(
         f.module == "input" and f.kind == "activation_out_of_range" for f in findings)
-    if trouble and ur.size and layers and not scaled_wrong:
+    # a rate so high that the net cannot learn need not blow up: the loss stays where it began, or the weights grow
+    # until layers' outputs leave their range (the symptom the forward path would name): with updates of more than a
+    # tenth of the weights in most layers from the start, both are the rate's
+    stuck = curve.not_decreasing or any(f.kind == "activation_out_of_range" and f.severity == "error" and f.module != "input"
+                                        for f in findings)
+    if (trouble or stuck) and ur.size and layers and not scaled_wrong:
         # "from the start": the sampled steps in the run's first tenth (at least two rows), not a share of the rows,
         # which crowd where triggers fired
         n_early = max(2, int(np.sum(steps <= first + max(5, data.n_steps // 10))))
@@ -202,7 +207,8 @@ def _learning_rate(data: RunData, findings: list[Finding], curve: LossCurve, t: 
             med = float(np.median(per_layer))
             strength = min(1.0, 0.5 + 0.25 * np.log10(med / t.update_ratio_high + 1e-12) + 0.25)
             how = ("spikes" if curve.spike_step is not None else "diverges" if curve.diverging
-                   else "ends above where it began" if rose else "oscillates")
+                   else "ends above where it began" if rose else "oscillates" if curve.oscillating
+                   else "does not decrease" if curve.not_decreasing else "falls while layers' outputs leave their range")
             out.append(Finding("optimizer", "learning_rate_too_high", "error",
                                f"update ratio mean|dW|/mean|W| is {med:.3g} (> {t.update_ratio_high:g}) in "
                                f"{np.mean(per_layer > t.update_ratio_high):.0%} of layers from the start, and the loss "

@@ -14,6 +14,10 @@ def headline(d: dict[str, Any]) -> list[str]:
     """Health, anomaly and root cause: the lines every view of a diagnosis starts with."""
     run = d.get("run", {})
     lines = [f"gradsight diagnosis of {run.get('path')} ({run.get('steps')} steps, {run.get('model')}, {run.get('optimizer')})"]
+    phase = run.get("phase")
+    if phase:
+        lines.append(f"note: the script trained {phase['phases']} models one after another; this is the last phase "
+                     f"({', '.join(phase['models'])}, from step {phase['from_step']})")
     if run.get("status") == "running":
         lines.append("note: the run is still being written (or its process died without closing it): this diagnosis covers "
                      "the steps committed so far")

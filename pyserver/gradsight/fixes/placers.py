@@ -685,10 +685,16 @@ def delete_lone_permutation(c: Context, p: Patch) -> str:
 
 # -- weights ----------------------------------------------------------------------------------------------
 def _ref(c: Context) -> tuple[str, str]:
-    m = model(c)
     mod = c.target.module
     if not mod or mod not in c.data.index:
         raise NoPlace("the target is not a module of the model")
+    parts = [str(p.get("name") or "") for p in c.data.run.get("models") or [] if isinstance(p, dict)]
+    if len(parts) >= 2:  # a store of several models names a module "<model>.<name>": that model's variable holds it
+        for name in parts:
+            if is_identifier(name) and mod.startswith(f"{name}."):
+                return name, module_ref(name, mod[len(name) + 1:])
+        raise NoPlace("the module belongs to one of several models, and which variable holds it is not known")
+    m = model(c)
     return m, module_ref(m, mod)
 
 

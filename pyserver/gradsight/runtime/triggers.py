@@ -188,13 +188,13 @@ def loss_spike(t: Thresholds) -> Check:
     return check
 
 
-def _learning(cur: StepValues) -> bool:
-    """False once the loss is ~0 against its starting level: tiny or exactly-zero gradients are then
-    convergence (and underflow), not vanishing gradients or dead units."""
+def _learning(cur: StepValues, share: float = 0.01) -> bool:
+    """False once the loss is ~0 against its starting level (below ``share`` of it): tiny or exactly-zero
+    gradients are then convergence (and underflow), not vanishing gradients or dead units."""
     loss, scale = cur.scalars.get("loss"), cur.scalars.get("loss_scale")
     if loss is None or scale is None or math.isnan(loss) or math.isnan(scale) or scale <= 0:
         return True
-    return abs(loss) > 0.01 * scale
+    return abs(loss) > share * scale
 
 
 def _first_max(values: np.ndarray) -> tuple[int, float]:
@@ -262,7 +262,7 @@ def vanishing(t: Thresholds, weighted: np.ndarray, numel: np.ndarray) -> Check:
     def check(h: History) -> Fired | None:
         cur = h.current
         norms = cur.modules.get("grad_norm")
-        if norms is None or len(weighted) < 2 or not _learning(cur):
+        if norms is None or len(weighted) < 2 or not _learning(cur, t.converged_share):
             return None
         mean_abs = cur.modules.get("grad_mean")
         with np.errstate(invalid="ignore", divide="ignore"):
