@@ -53,6 +53,8 @@ class Thresholds:
     lr_decay_dead: float = 1e-3  # ... and ends below this fraction: the rest of the run hardly moves the weights
     lr_base_low: float = 0.05  # the rate never reached this fraction of its base (initial_lr: a warmup longer than the run)
     # the optimizer's other settings
+    loss_near_chance: float = 0.85  # a classifier's cross-entropy late in the run above this share of ln(C) learned next to nothing
+    label_smoothing_high: float = 0.5  # label smoothing that takes this share from the true class leaves targets nearly uniform
     lr_early_low: float = 0.15  # a gradual schedule below this share of its peak rate ...
     lr_early_share: float = 0.4  # ... from this share of the run on, while the loss still falls: it decayed too early
     clip_ratio_slow: float = 0.25  # SGD-like steps cut to below this fraction by clipping, while the loss makes poor progress

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..thresholds import Thresholds
-from .data import ADAPTIVE, EMBEDDINGS, SATURATING, RunData
+from .data import ADAPTIVE, EMBEDDINGS, NORMS, SATURATING, RunData
 
 OUTSIDE = ("loss", "optimizer", "input")  # faults outside the network
 
@@ -533,6 +533,13 @@ class Detector:
             elif p["got_grad"] and not p["in_optimizer"] and has_opt:
                 unstepped.setdefault(p["module_id"], []).append(p["name"])
         held = [p for p in self.d.params if p["trainable"] and p["in_optimizer"]]
+        stepped = [p for p in self.d.params if p["in_optimizer"]]
+        if has_opt and stepped and not held:
+            # every parameter the optimizer steps is frozen: no step changes anything (it was given another model's,
+            # frozen, parameters: a teacher's instead of the student's?)
+            self.add("optimizer", "not_updated", "error",
+                     f"every one of the {len(stepped)} parameter tensors the optimizer holds is frozen (requires_grad=False): its "
+                     "steps change nothing (was it given another model's parameters?)", 1.0)
         if unstepped and not held and len(unstepped) >= 2:
             # not one of the model's parameters is in the optimizer: it holds others (a model built again, or a copy,
             # after the optimizer was made): the optimizer's fault, not each layer's
@@ -605,6 +612,8 @@ class Detector:
         for i in self.layers_fwd:
             if not mx.size or not np.isfinite(mx[:, i]).any():
                 continue
+            if not self.types[i].startswith(("Linear", "Conv", "LazyLinear", "LazyConv")) and self.types[i] not in NORMS:
+                return False  # (a recurrent layer's outputs are bounded whatever its input's scale: it tells nothing)
             mag = np.maximum(np.abs(mn[:, i]), np.abs(mx[:, i])).astype(np.float64)
             first = float(np.nanmedian(mag))
             return first < 20 and first < input_mag / 20

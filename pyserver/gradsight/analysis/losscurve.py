@@ -20,6 +20,7 @@ class LossCurve:
     diverging: bool = False
     lr_jump_step: int | None = None
     spike_recovered: bool = False  # a spike the loss came back down from
+    near_chance: str | None = None  # a classifier's cross-entropy that ends near ln(C): what it says, when it does
     head: float = float("nan")  # median of the first tenth
     tail: float = float("nan")  # median of the last fifth
 
@@ -56,6 +57,8 @@ def analyse(data: RunData, t: Thresholds) -> tuple[LossCurve, list[Finding]]:
             curve.not_decreasing = True
             out.append(Finding("loss", "loss_not_decreasing", "error" if tail >= head else "warning",
                                f"loss went from {head:.4g} (first tenth) to {tail:.4g} (last fifth): less than 10% lower", 0.6))
+        if not curve.not_decreasing:
+            curve.near_chance = _near_chance(data, t)
         half = fin[n // 2:]
         d = np.diff(half)
         if len(d) >= 10 and half.mean() > 0:
@@ -102,3 +105,23 @@ def _smooth(x: np.ndarray, k: int = 5) -> np.ndarray:
     if len(x) < k:
         return x
     return np.convolve(x, np.ones(k) / k, mode="valid")
+
+
+def _near_chance(data: RunData, t: Thresholds) -> str | None:
+    """A classifier whose cross-entropy, late in the run, is still most of ln(C), what predicting every class
+    alike gives: it learned next to nothing, however much the loss fell from a worse start (labels that carry no
+    signal let a net memorise a little of them). Read off the loss's own measured calls (the step's loss may
+    hold other terms)."""
+    calls = [o for o in data.observed("loss") if o.data.get("loss") == "cross_entropy" and o.data.get("reduction") == "mean"]
+    if not calls or data.n_steps < 50:
+        return None
+    last = calls[-1]
+    shape, value = last.data.get("input_shape") or [], last.data.get("value")
+    first = int(data.steps["step"][0])
+    if len(shape) != 2 or shape[1] < 2 or not isinstance(value, (int, float)) or last.step - first < 0.4 * data.n_steps:
+        return None
+    ln_c = math.log(shape[1])
+    if value < t.loss_near_chance * ln_c:
+        return None
+    return (f"the cross-entropy at step {last.step} is {value:.4g}, {value / ln_c:.0%} of ln({shape[1]}) = {ln_c:.3g} (every class "
+            "alike): the model has learned next to nothing")

@@ -76,6 +76,14 @@ def detect(d: RunData, t: Thresholds, curve: LossCurve, trouble: bool) -> list[F
                                f"{name} is given values in [0, 1] (from {min(c['input_min'] for c in calls):.3g} to "
                                f"{max(c['input_max'] for c in calls):.3g}) but applies a sigmoid itself: the output goes "
                                "through a sigmoid twice (use BCELoss on probabilities, or drop the sigmoid)", 0.95, st))
+        smooth = [float(c.get("label_smoothing") or 0.0) for c in calls]
+        if name == "cross_entropy" and min(smooth) >= t.label_smoothing_high:
+            k = next((c["input_shape"][1] for c in calls if len(c["input_shape"]) >= 2), None)
+            mass = f" ({1 - smooth[0] + smooth[0] / k:.2g} on the true class, {smooth[0] / k:.2g} on each other)" if k else ""
+            out.append(Finding(kinds.LOSS, kinds.LOSS_TARGET_MISMATCH, "error",
+                               f"cross_entropy smooths its labels by {smooth[0]:g}: the targets it fits spread most of their mass "
+                               f"over the wrong classes{mass}, so the loss floor is near chance and little is learned "
+                               "(label_smoothing is the share taken from the true class, usually 0.1)", 0.9, st))
         if name in BINARY:
             outside = _share(calls, lambda c: c.get("target_min") is not None and (c["target_min"] < -1e-6 or c["target_max"] > 1 + 1e-6))
             if outside >= 0.5:
@@ -121,21 +129,30 @@ def detect(d: RunData, t: Thresholds, curve: LossCurve, trouble: bool) -> list[F
         is_summed = bool(summed) and len(summed) >= 0.8 * len(calls)
         batch = int(summed[0]["input_shape"][0]) if is_summed and summed[0]["input_shape"] else 1
         # an adaptive optimizer divides the gradient's scale away: a sum matters to SGD-like steps (or when it blows up)
-        scale_matters = trouble or (d.optimizer_type not in ADAPTIVE and _struggles(curve, 0.5))
+        scale_matters = trouble or (d.optimizer_type not in ADAPTIVE and (_struggles(curve, 0.5) or _rose(d, curve)))
+        # a sum is over every term the mean would average: the batch's rows, times the positions of a per-pixel or
+        # per-token loss (its targets' elements)
+        terms = max(batch, math.prod(summed[0]["target_shape"])) if is_summed and summed[0].get("target_shape") else batch
         if name in MEAN_LOSSES and scale_matters and is_summed and batch >= 16:
+            rows = f"{batch} rows" if terms == batch else f"{batch} rows x {terms // max(1, batch)} positions"
             out.append(Finding(kinds.LOSS, kinds.LOSS_SCALE_TOO_HIGH, "error",
-                               f"{name} sums over the batch (reduction='sum', {batch} rows) instead of averaging: every gradient, "
-                               f"and so every step, is {batch}x what the learning rate was chosen for", 0.9, first[name]))
+                               f"{name} sums over the batch (reduction='sum', {rows}) instead of averaging: every gradient, "
+                               f"and so every step, is {terms}x what the learning rate was chosen for", 0.9, first[name]))
         if name == "cross_entropy" and head is not None:
             classes = [c["input_shape"][1] for c in calls if len(c["input_shape"]) >= 2 and c["input_shape"][1] > 1]
             # the cross-entropy's own value at its first measured call: the step's loss may be it scaled (a static loss
             # scale) or summed with other terms (a distillation's KL), which say nothing of the logits' size
+            # (the first call measured may come after the first step: it speaks for the initial weights when the first
+            # update did not move the loss much; the smaller of it and the first step's loss, when that loss is the
+            # cross-entropy alone)
             own = calls[0].get("value")
-            first_loss, at = (float(own), st) if isinstance(own, (int, float)) else (
-                (float(d.steps["loss"][0]), int(d.steps["step"][0])) if len(by_loss) == 1 and d.n_steps else (math.nan, st))
+            seen = [(float(own), st)] if isinstance(own, (int, float)) and math.isfinite(own) and _unmoved(d, st) else []
+            if len(by_loss) == 1 and d.n_steps and math.isfinite(float(d.steps["loss"][0])):
+                seen.append((float(d.steps["loss"][0]), int(d.steps["step"][0])))
+            first_loss, at = min(seen) if seen else (math.nan, st)
             if classes and math.isfinite(first_loss):
                 ln_c = math.log(classes[0])
-                per_row = first_loss / (batch if is_summed else 1)  # a sum over the batch is batch x the mean
+                per_row = first_loss / (max(1, terms) if is_summed else 1)
                 if per_row > t.initial_loss_over_log_classes * ln_c and per_row > ln_c + 2:
                     out.append(Finding(head, kinds.POOR_INITIALIZATION, "error",
                                        f"the cross-entropy at step {at} is {first_loss:.4g}, {first_loss / ln_c:.3g}x ln({classes[0]}) = {ln_c:.3g}, "
@@ -147,6 +164,23 @@ def _progress(curve: LossCurve) -> float:
     if not (math.isfinite(curve.head) and math.isfinite(curve.tail)) or curve.head <= 0:
         return float("nan")
     return 1.0 - curve.tail / curve.head
+
+
+def _unmoved(d: RunData, step: int) -> bool:
+    """The step's loss at ``step`` is within 2x of the run's first: no update before it blew the loss up."""
+    loss, steps = d.steps["loss"], d.steps["step"]
+    k = int(np.searchsorted(steps, step))
+    if not len(loss) or k >= len(loss) or steps[k] != step or not (np.isfinite(loss[0]) and np.isfinite(loss[k])):
+        return False
+    a, b = abs(float(loss[0])), abs(float(loss[k]))
+    return b <= 2.0 * a + 1e-12 and a <= 2.0 * b + 1e-12
+
+
+def _rose(d: RunData, curve: LossCurve) -> bool:
+    """The loss ends well above its first step's (it blew up at once, before the curve's first tenth)."""
+    loss = d.steps["loss"]
+    fin = loss[np.isfinite(loss)]
+    return bool(len(fin) and fin[0] > 0 and math.isfinite(curve.tail) and curve.tail > 1.5 * fin[0])
 
 
 def _struggles(curve: LossCurve, below: float) -> bool:

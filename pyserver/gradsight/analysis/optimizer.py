@@ -170,7 +170,7 @@ def clipping(d: RunData, t: Thresholds, curve: LossCurve) -> list[Finding]:
             # too strong: ordinary gradients cut to almost nothing (gradients that exploded are the other fault)
             # or, for an optimizer whose step is the gradient's size (SGD), every step cut several times while the loss
             # makes poor progress: clipping sets the step, not the learning rate (an adaptive one divides it away)
-            slow = ratio < t.clip_ratio_slow and d.optimizer_type not in ADAPTIVE and _poor(curve, t)
+            slow = d.optimizer_type not in ADAPTIVE and (ratio < t.clip_ratio_slow and _poor(curve, t) or ratio < 0.4 * t.clip_ratio_slow)
             if (ratio < t.clip_ratio_low or slow) and float(np.median(norm[both])) < t.global_grad_norm:
                 out.append(Finding(kinds.OPTIMIZER, kinds.GRADIENT_CLIPPING_TOO_STRONG, "error",
                                    f"clip_grad_norm_ to {_fmt(float(np.median(clip[both])))} rescales every step's gradient "

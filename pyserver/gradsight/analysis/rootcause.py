@@ -51,7 +51,7 @@ def find(data: RunData, findings: list[Finding], curve: LossCurve, t: Thresholds
     errors = [f for f in findings if f.severity == "error"]
     triggered = [e for e in data.events if e.kind == "trigger"]
     anomaly_step = min((e.step for e in triggered if e.step is not None), default=None)
-    if not errors and not triggered and not curve.not_decreasing:
+    if not errors and not triggered and not curve.not_decreasing and not curve.near_chance:
         return None
     rank = data.forward_rank()
     index = data.index
@@ -91,7 +91,7 @@ def find(data: RunData, findings: list[Finding], curve: LossCurve, t: Thresholds
         first = _first_sampled(data)
         dying = [f for f in dying if f.kind != "dead_units" or f.step is None or first is None or f.step <= first + 1]
     tiers.append((5, _through_squashing(data, dying) + dying + of("saturation", None) + of("attention_entropy_collapse")))
-    if curve.not_decreasing or any(f.kind == "loss_spike" for f in findings):
+    if curve.not_decreasing or curve.near_chance or any(f.kind == "loss_spike" for f in findings):
         tiers.append((6, _stagnation(data, findings, curve, t)))
     for tier, cands in tiers:
         if not cands:
@@ -151,7 +151,10 @@ def _first_sampled(data: RunData) -> int | None:
 
 
 def _explains(cause: Finding, other: Finding, rank: dict[int, int], index: dict[str, int]) -> bool:
-    """A finding later in time, or downstream in the forward pass at the same time, follows from the cause."""
+    """A finding later in time, or downstream in the forward pass at the same time, follows from the cause; so do
+    steps too large for their rate when the loss is summed (the sum multiplies every step)."""
+    if cause.kind == "loss_scale_too_high" and other.kind in ("learning_rate_too_high", "update_ratio_too_high", "exploding_gradient"):
+        return True
     if cause.step is not None and other.step is not None and other.step > cause.step:
         return True
     if cause.module in index and other.module in index:
@@ -243,6 +246,10 @@ def _stagnation(data: RunData, findings: list[Finding], curve: LossCurve, t: Thr
         out.append(Finding("input", "loss_not_decreasing", "warning",
                            f"the loss does not decrease ({curve.head:.4g} -> {curve.tail:.4g}) while gradients and updates look healthy: "
                            "check the data and labels", 0.5))
+    elif curve.near_chance and not out:
+        out.append(Finding("input", "loss_not_decreasing", "warning",
+                           f"{curve.near_chance}, while gradients and updates look healthy: check that the labels go with their "
+                           "inputs", 0.5))
     return out
 
 

@@ -225,6 +225,9 @@ def loss_stats(name: str, input: torch.Tensor, target: torch.Tensor, kwargs: dic
                            "reduction": kwargs.get("reduction", "mean"), "input_min": float(xf.min()) if x.numel() else None,
                            "input_max": float(xf.max()) if x.numel() else None,
                            "input_zero_frac": float((xf == 0).float().mean()) if x.numel() else None}
+    smoothing = kwargs.get("label_smoothing")
+    if isinstance(smoothing, (int, float)) and smoothing:
+        out["label_smoothing"] = float(smoothing)
     if x.dim() >= 2 and x.shape[-1] > 1 and x.numel():
         out["input_rowsum_dev"] = float((xf.sum(-1) - 1).abs().max())  # 0 when its rows are probabilities
         if name in ("cross_entropy", "nll_loss"):
