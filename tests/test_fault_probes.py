@@ -25,6 +25,15 @@ CASES = {
     "set_a/f02_shuffled_images": "labels with no signal: the units die after the loss was already stuck",
     "set_b/f01_lstm_adam_lr": "Adam at lr 1: the loss ends far above where it began",
     "set_a/f12_nan_rows": "NaN rows in the data: non-finite gradients are not missing ones",
+    "set_g/b03_distill": "healthy: a teacher trained, then its student: the last phase is diagnosed, no LR jump between them",
+    "set_g/b02_tcn_forecast": "healthy: raw inputs standardised inside the model's forward",
+    "set_f/b03_bert": "healthy: a BERT whose gradients are tiny once its loss is near 0",
+    "set_f/f07_vit_head_only_optimizer": "the optimizer built over the head only",
+    "set_f/f05_vit_label_smoothing": "label_smoothing 0.9: the targets are nearly uniform",
+    "set_f/f12_unet_sum_loss": "a per-pixel cross-entropy summed, under SGD",
+    "set_h/f02_schedule_horizon_one_epoch": "a cosine schedule whose horizon is one epoch of the run",
+    "set_h/f10_clip_norm_too_small": "clipping that cuts every SGD step 10x",
+    "set_h/f14_labels_not_shuffled": "nodes reordered but not their labels: the loss stays near ln(C)",
 }
 
 
