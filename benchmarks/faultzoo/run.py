@@ -242,7 +242,7 @@ def run_one(entry: dict[str, Any], source: str, workdir: Path) -> dict[str, Any]
     cmd = [sys.executable, "-m", "gradsight"]
     diagnosis, failure = None, ""
     try:
-        trace = subprocess.run([*cmd, "trace", str(script), "--output", str(store), "--quiet"], env=env, cwd=workdir,
+        trace = subprocess.run([*cmd, "trace", str(script), "--output", str(store), "--overwrite", "--quiet"], env=env, cwd=workdir,
                                capture_output=True, text=True, timeout=TRACE_TIMEOUT_S)
         if not store.exists():
             failure = f"trace wrote no store (exit {trace.returncode}): {_tail(trace.stderr)}"

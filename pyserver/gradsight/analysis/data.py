@@ -16,6 +16,7 @@ ACTIVATIONS = {"ReLU", "ReLU6", "LeakyReLU", "ELU", "GELU", "SiLU", "Tanh", "Sig
                "Hardtanh", "Hardsigmoid", "Softsign", "Mish", "PReLU", "Threshold"}
 SATURATING = {"Tanh", "Sigmoid", "Hardtanh", "Hardsigmoid", "Softsign"}
 EMBEDDINGS = {"Embedding", "EmbeddingBag"}
+CONTAINERS = {"Sequential", "ModuleList", "ModuleDict"}  # modules with no forward code of their own between their children
 # optimizers that normalise the gradient's scale away (their step is ~lr whatever the gradient's size)
 ADAPTIVE = {"Adam", "AdamW", "NAdam", "RAdam", "Adamax", "RMSprop", "Adagrad", "Adadelta", "Adafactor", "SparseAdam"}
 NORMS = {"LayerNorm", "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "GroupNorm", "RMSNorm", "InstanceNorm1d", "InstanceNorm2d"}

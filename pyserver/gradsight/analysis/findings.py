@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..thresholds import Thresholds
-from .data import ADAPTIVE, EMBEDDINGS, NORMS, SATURATING, RunData
+from .data import ADAPTIVE, CONTAINERS, EMBEDDINGS, NORMS, SATURATING, RunData
 
 OUTSIDE = ("loss", "optimizer", "input")  # faults outside the network
 
@@ -238,12 +238,9 @@ class Detector:
                 self.add("loss", "nan_inf", "error", f"the loss is non-finite at step {start} while every module's output is finite "
                          "(traced in that step's autograd graph)", 1.0, start)
             else:
-                self.add(where, "nan_inf", "error", f"first non-finite output at step {start} (type {self.types[self.d.index[where]]}; "
-                         "traced in that step's autograd graph)", 1.0, start)
+                self._nonfinite_at(self.d.index[where], start, "traced in that step's autograd graph")
         elif first_act is not None and first_act[0] == start:
-            i = first_act[1]
-            self.add(self.names[i], "nan_inf", "error", f"first non-finite output in forward order at step {start} (type {self.types[i]})",
-                     1.0, start)
+            self._nonfinite_at(first_act[1], start, "first in forward order")
         elif first_loss == start:
             self.add("loss", "nan_inf", "error", f"the loss is {self.loss[bad_loss[0]]} at step {start} while the modules' outputs "
                      "looked finite", 0.8, start)
@@ -281,6 +278,27 @@ class Detector:
     # module types whose backward never turns a finite gradient non-finite
     _SAFE_BACKWARD = {"ReLU", "ReLU6", "LeakyReLU", "GELU", "SiLU", "Tanh", "Sigmoid", "Dropout", "Dropout1d", "Dropout2d", "Identity",
                       "Flatten", "Unflatten", "MaxPool1d", "MaxPool2d", "AvgPool1d", "AvgPool2d", "AdaptiveAvgPool2d", "ELU", "Softplus"}
+
+    def _nonfinite_at(self, i: int, step: int, how: str) -> None:
+        """Module ``i``'s output is the first non-finite one. An affine layer (Linear, conv, embedding) with finite
+        weights makes nothing non-finite of a finite input, short of overflow: when it sits inside a module of the
+        user's own, the NaN was made by that module's own code just before it (a softmax over a row masked
+        entirely to -inf, say), which is named."""
+        parent = self.d.modules[i].parent
+        inside = self.d.index.get(parent) if parent else None
+        affine = self.types[i].startswith(("Linear", "Conv", "Embedding", "LazyLinear"))
+        if affine and inside is not None and self.types[inside] not in CONTAINERS and self._weights_finite(i, step):
+            self.add(self.names[inside], "nan_inf", "error",
+                     f"first non-finite output at step {step} in {self.names[i]!r} ({self.types[i]}, {how}), whose weights are "
+                     f"finite: a {self.types[i]} makes no NaN of a finite input, so it came from {self.names[inside]!r}'s own "
+                     "computation before it", 1.0, step)
+            return
+        self.add(self.names[i], "nan_inf", "error", f"first non-finite output at step {step} (type {self.types[i]}; {how})", 1.0, step)
+
+    def _weights_finite(self, i: int, step: int) -> bool:
+        steps, w = self.sampled("weight_norm")
+        rows = np.flatnonzero(steps <= step) if w.size else np.array([], dtype=int)
+        return bool(len(rows)) and bool(np.isfinite(w[rows[-1], i]))
 
     def _backward_origin(self, bad: list[int]) -> tuple[str, str]:
         """Where a backward pass made non-finite gradients. Backward runs from the output to the input: the

@@ -129,9 +129,9 @@ def learning_rate(d: RunData, t: Thresholds, curve: LossCurve) -> list[Finding]:
 
 def _decayed_early(d: RunData, v: np.ndarray, s: np.ndarray, t: Thresholds) -> Finding | None:
     """A schedule that has brought the rate down to a small part of its peak early in the run (its horizon an
-    epoch, a scheduler stepped per batch or micro-batch), while the loss keeps falling at that small rate: the rest
-    of the run learns at a fraction of the speed it was set for. Only a gradual decay: a plateau scheduler's
-    sudden cut after the loss stopped falling is what it is for."""
+    epoch, a scheduler stepped per batch or micro-batch) while the loss has still much to learn: the rest of the
+    run learns at a fraction of the speed it was set for. Only a gradual decay: a plateau scheduler's sudden cut
+    after the loss stopped falling is what it is for."""
     n = len(d.steps["step"])
     peak = float(v.max())
     below = v < t.lr_early_low * peak
@@ -150,12 +150,15 @@ def _decayed_early(d: RunData, v: np.ndarray, s: np.ndarray, t: Thresholds) -> F
         return None
     w = max(3, len(after) // 5)
     start, end = float(np.median(after[:w])), float(np.median(after[-w:]))
-    if start <= 0 or 1.0 - end / start < 0.1:
-        return None  # the loss had nothing left to gain at the small rate
+    fin = loss[np.isfinite(loss)]
+    head = float(np.median(fin[: max(3, len(fin) // 10)]))
+    if start <= 0 or head <= 0 or end < t.converged_share * head:
+        return None  # the loss had nothing left to learn: a fast anneal did no harm
+    how = "still falling" if end < 0.9 * start else "no longer falling"
     return Finding(kinds.OPTIMIZER, kinds.LEARNING_RATE_TOO_LOW, "error",
                    f"the learning rate fell from {_fmt(peak)} to below {_fmt(t.lr_early_low * peak)} by step {int(s[k])} "
                    f"({at / n:.0%} of the run: a schedule whose horizon is shorter than the run, or one stepped every "
-                   f"batch?) and stayed there, while the loss was still falling ({start:.4g} then, {end:.4g} at the end)",
+                   f"batch?) and stayed there, with the loss {how} ({start:.4g} then, {end:.4g} at the end)",
                    0.7, int(s[k]))
 
 

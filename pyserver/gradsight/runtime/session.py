@@ -447,8 +447,11 @@ class Session:
         w.inputs.add(self.step, args, kwargs)
         if w is self.watched and w.recorder.armed and self._input_stats is None:
             try:
-                x = first_tensor(args) if args else first_tensor(kwargs)
-                if x is not None and x.is_floating_point() and x.numel() > 1:
+                # the first floating-point argument: a model given ids first (a recommender's user and item ids, then
+                # its dense features) is judged on the features
+                x = next((v for v in (*args, *kwargs.values()) if isinstance(v, torch.Tensor) and v.is_floating_point()
+                          and v.numel() > 1), None)
+                if x is not None:
                     x = x.detach().float()
                     mn, mx = torch.aminmax(x)
                     self._input_stats = torch.stack([mn, mx, x.mean(), x.std(), (~torch.isfinite(x)).sum().float()])
