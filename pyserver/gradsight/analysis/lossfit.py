@@ -142,14 +142,15 @@ def detect(d: RunData, t: Thresholds, curve: LossCurve, trouble: bool) -> list[F
             classes = [c["input_shape"][1] for c in calls if len(c["input_shape"]) >= 2 and c["input_shape"][1] > 1]
             # the cross-entropy's own value at its first measured call: the step's loss may be it scaled (a static loss
             # scale) or summed with other terms (a distillation's KL), which say nothing of the logits' size
-            # (the first call measured may come after the first step: it speaks for the initial weights when the first
-            # update did not move the loss much; the smaller of it and the first step's loss, when that loss is the
-            # cross-entropy alone)
+            # (the first step's loss when it is the cross-entropy alone; else the first call measured, which may come
+            # after the first step: it speaks for the initial weights when the first update did not move the loss much)
             own = calls[0].get("value")
-            seen = [(float(own), st)] if isinstance(own, (int, float)) and math.isfinite(own) and _unmoved(d, st) else []
-            if len(by_loss) == 1 and d.n_steps and math.isfinite(float(d.steps["loss"][0])):
-                seen.append((float(d.steps["loss"][0]), int(d.steps["step"][0])))
-            first_loss, at = min(seen) if seen else (math.nan, st)
+            own_ok = isinstance(own, (int, float)) and math.isfinite(own)
+            first_loss, at = math.nan, st
+            if len(by_loss) == 1 and d.n_steps and math.isfinite(float(d.steps["loss"][0])) and (not own_ok or _is_step_loss(d, st, float(own))):
+                first_loss, at = float(d.steps["loss"][0]), int(d.steps["step"][0])  # the step's loss is the cross-entropy
+            elif own_ok and _unmoved(d, st):
+                first_loss = float(own)
             if classes and math.isfinite(first_loss):
                 ln_c = math.log(classes[0])
                 per_row = first_loss / (max(1, terms) if is_summed else 1)
@@ -164,6 +165,15 @@ def _progress(curve: LossCurve) -> float:
     if not (math.isfinite(curve.head) and math.isfinite(curve.tail)) or curve.head <= 0:
         return float("nan")
     return 1.0 - curve.tail / curve.head
+
+
+def _is_step_loss(d: RunData, step: int, value: float) -> bool:
+    """The step's recorded loss at ``step`` is the loss call's own value (not scaled, not summed with others)."""
+    k = int(np.searchsorted(d.steps["step"], step))
+    if k >= d.n_steps or d.steps["step"][k] != step:
+        return True  # (nothing to tell them apart: as before, the step's loss)
+    rec = float(d.steps["loss"][k])
+    return math.isfinite(rec) and abs(rec - value) <= 0.01 * max(abs(value), 1e-12)
 
 
 def _unmoved(d: RunData, step: int) -> bool:
