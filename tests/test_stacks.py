@@ -140,6 +140,12 @@ def test_a_second_training_phase_is_a_new_section(tmp_path: Path) -> None:
         steps, g = run.metric("grad_norm")
         assert steps[np.isfinite(g[:, ids["teacher.0"]])].tolist() == list(range(20))
         assert steps[np.isfinite(g[:, ids["student.0"]])].tolist() == list(range(20, 35))
+    # the diagnosis judges the last phase: the student's 15 steps, named as such
+    from gradsight.analysis.diagnose import diagnose
+
+    d = diagnose(db)
+    assert d.run["phase"] == {"models": ["student"], "from_step": 20, "phases": 2}
+    assert d.run["steps"] == 15
 
 
 def test_torch_compile_adds_no_graph_break_and_keeps_statistics(tmp_path: Path) -> None:
