@@ -19,7 +19,7 @@ import numpy as np
 
 from .. import kinds
 from .. import thresholds as th
-from . import attention, lossfit, optimizer, reach
+from . import attention, lossfit, optimizer, reach, squashing
 from .data import RunData, load
 from .findings import OUTSIDE, Detector, Finding, merge
 from .losscurve import analyse
@@ -45,7 +45,7 @@ def analyse_run(data: RunData, t: th.Thresholds) -> tuple[list[Finding], RootCau
     trouble = curve.spike_step is not None or curve.diverging or any(f.kind == kinds.NAN_INF for f in findings)
     findings += reach.detect(data)
     findings += optimizer.detect(data, t, curve)
-    findings += lossfit.detect(data, t, curve, trouble) + lossfit.dropout(data, t, curve)
+    findings += lossfit.detect(data, t, curve, trouble) + lossfit.dropout(data, t, curve) + squashing.detect(data, t, curve)
     findings += attention.detect(data, t, curve)
     findings = merge(findings)
     return findings, find(data, findings, curve, t)

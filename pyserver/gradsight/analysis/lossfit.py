@@ -141,16 +141,16 @@ def detect(d: RunData, t: Thresholds, curve: LossCurve, trouble: bool) -> list[F
         if name == "cross_entropy" and head is not None:
             classes = [c["input_shape"][1] for c in calls if len(c["input_shape"]) >= 2 and c["input_shape"][1] > 1]
             # the cross-entropy's own value at its first measured call: the step's loss may be it scaled (a static loss
-            # scale) or summed with other terms (a distillation's KL), which say nothing of the logits' size
+            # scale) or summed with other terms (a distillation's KL), which say nothing of the logits' size:
             # (the first step's loss when it is the cross-entropy alone; else the first call measured, which may come
             # after the first step: it speaks for the initial weights when the first update did not move the loss much)
-            own = calls[0].get("value")
-            own_ok = isinstance(own, (int, float)) and math.isfinite(own)
+            value = calls[0].get("value")
+            own = float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
             first_loss, at = math.nan, st
-            if len(by_loss) == 1 and d.n_steps and math.isfinite(float(d.steps["loss"][0])) and (not own_ok or _is_step_loss(d, st, float(own))):
+            if len(by_loss) == 1 and d.n_steps and math.isfinite(float(d.steps["loss"][0])) and (own is None or _is_step_loss(d, st, own)):
                 first_loss, at = float(d.steps["loss"][0]), int(d.steps["step"][0])  # the step's loss is the cross-entropy
-            elif own_ok and _unmoved(d, st):
-                first_loss = float(own)
+            elif own is not None and _unmoved(d, st):
+                first_loss = own
             if classes and math.isfinite(first_loss):
                 ln_c = math.log(classes[0])
                 per_row = first_loss / (max(1, terms) if is_summed else 1)

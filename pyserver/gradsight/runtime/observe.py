@@ -23,6 +23,7 @@ LOSSES = ("cross_entropy", "nll_loss", "mse_loss", "l1_loss", "smooth_l1_loss", 
 MAX_DISTINCT = 32  # distinct target values counted, at most
 ATTENTION_SAMPLES = 4  # batch rows whose attention is measured on a measured step
 ATTENTION_BYTES = 2 * 2**20  # per attention map kept as a tensor
+MAX_PENDING = 8  # functional calls followed to the module they feed, per measured step
 
 
 _SOFTMAX = torch.softmax  # (gradsight's own: not the wrapper below)
@@ -44,8 +45,8 @@ class Observer:
         self._type = running_type  # the class name of the innermost module running now
         self._restore: list[Callable[[], None]] = []
         self._seen: set[tuple[str, int | None]] = set()  # one observation of a kind per module and step
-        # an F.dropout called in a forward, not by an nn.Dropout: its output, to name the module it feeds
-        self.pending: tuple[dict[str, Any], Any] | None = None
+        # an F.dropout or sigmoid called in a forward, not by its module: its output, to name the module it feeds
+        self.pending: list[tuple[dict[str, Any], Any]] = []
         self.failed = False
 
     # -- installation --------------------------------------------------------
@@ -59,6 +60,8 @@ class Observer:
         self._patch(torch.Tensor, "softmax", self._wrap_softmax(torch.Tensor.softmax))
         self._patch(F, "scaled_dot_product_attention", self._wrap_sdpa(F.scaled_dot_product_attention))
         self._patch(F, "dropout", self._wrap_dropout(F.dropout))
+        self._patch(torch, "sigmoid", self._wrap_sigmoid(torch.sigmoid))
+        self._patch(torch.Tensor, "sigmoid", self._wrap_sigmoid(torch.Tensor.sigmoid))
 
     def remove(self) -> None:
         for undo in reversed(self._restore):
@@ -78,17 +81,22 @@ class Observer:
         return self._type().startswith("Dropout")
 
     def fed(self, module: int | None, args: Any) -> None:
-        """A module starts: when its input is a pending F.dropout's output, the dropout feeds it."""
-        if self.pending is None or module is None:
+        """A module starts: when its input is a pending F.dropout's or sigmoid's output, that call feeds it."""
+        if not self.pending or module is None:
             return
-        data, out = self.pending
-        if any(a is out for a in (args if isinstance(args, tuple) else (args,))):
-            data["feeds"] = module
-            self.pending = None
+        given = args if isinstance(args, tuple) else (args,)
+        for entry in list(self.pending):
+            if any(a is entry[1] for a in given):
+                entry[0]["feeds"] = module
+                self.pending.remove(entry)
+
+    def _passed_on(self, input: Any, out: Any) -> None:
+        """A pending output goes through another wrapped call (a dropout after a sigmoid): follow it on."""
+        self.pending = [(data, out if o is input else o) for data, o in self.pending]
 
     def take(self) -> tuple[list[tuple[str, int | None, dict[str, Any]]], list[tuple[int | None, torch.Tensor]]]:
         rows, maps, self.rows, self.maps = self.rows, self.maps, [], []
-        self.pending = None
+        self.pending = []
         self.armed = False
         return rows, maps
 
@@ -166,14 +174,35 @@ class Observer:
                 return original(input, p, training, inplace)
             module = obs._current()
             out = original(input, p, training, inplace)
+            obs._passed_on(input, out)
             if obs._once("dropout", module):
                 data: dict[str, Any] = {"p": float(p), "training": bool(training)}
                 obs.rows.append(("dropout", module, data))
                 if not obs._in_dropout_module():
-                    obs.pending = (data, out)
+                    obs.pending.append((data, out))
             return out
 
         return dropout
+
+    def _wrap_sigmoid(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        """A sigmoid called in a forward (not by an nn.Sigmoid): which module its output feeds, so that a sigmoid
+        between two layers (a hidden activation, not a gate or an output) is known as one."""
+        obs = self
+
+        @functools.wraps(original)
+        def sigmoid(input: Any, *args: Any, **kwargs: Any) -> Any:
+            out = original(input, *args, **kwargs)
+            if _compiling() or not obs.armed or obs._type() == "Sigmoid" or len(obs.pending) >= MAX_PENDING:
+                return out
+            module = obs._current()
+            n = sum(1 for kind, m, _ in obs.rows if kind == "sigmoid" and m == module)
+            if n < MAX_PENDING and isinstance(out, torch.Tensor):
+                data: dict[str, Any] = {"fn": "sigmoid"}
+                obs.rows.append(("sigmoid", module, data))
+                obs.pending.append((data, out))
+            return out
+
+        return sigmoid
 
     def _attention(self, module: int | None, probs: torch.Tensor) -> None:
         """Entropy (over log K, 0 = one key, 1 = uniform) and largest weight of each head, over a few batch rows."""
