@@ -296,9 +296,10 @@ class Detector:
         self.add(self.names[i], "nan_inf", "error", f"first non-finite output at step {step} (type {self.types[i]}; {how})", 1.0, step)
 
     def _weights_finite(self, i: int, step: int) -> bool:
+        """The layer's weights are known finite at ``step`` or later (a weight made NaN at that step shows there)."""
         steps, w = self.sampled("weight_norm")
-        rows = np.flatnonzero(steps <= step) if w.size else np.array([], dtype=int)
-        return bool(len(rows)) and bool(np.isfinite(w[rows[-1], i]))
+        rows = np.flatnonzero(steps >= step) if w.size else np.array([], dtype=int)
+        return bool(len(rows)) and bool(np.isfinite(w[rows[0], i]))
 
     def _backward_origin(self, bad: list[int]) -> tuple[str, str]:
         """Where a backward pass made non-finite gradients. Backward runs from the output to the input: the
