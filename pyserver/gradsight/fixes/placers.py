@@ -97,6 +97,18 @@ def before_training(c: Context, p: Patch, code: str, note: str, uses: str) -> No
     raise NoPlace(f"no statement where {uses!r} and the optimizer exist")
 
 
+def right_after_optimizer(c: Context, p: Patch, code: str, note: str, uses: str) -> None:
+    """Insert ``code``, which adds parameter groups, just after the optimizer is built: a scheduler (LambdaLR,
+    OneCycleLR, a get_*_schedule) or a wrapper made from the optimizer after that keeps one entry per group and
+    breaks on a group added later. Before the loop only when the model is not there yet."""
+    s = c.script
+    o = s.optimizer
+    if o is not None and _bound_in(s, o.stmt, uses):
+        p.insert_after(o.stmt, code, note)
+        return
+    before_training(c, p, code, note, uses)
+
+
 def model(c: Context) -> str:
     m = c.script.model_var(str(c.data.run.get("model") or ""))
     if not m:
@@ -482,7 +494,7 @@ def _missing_params_code(o: str, m: str) -> str:
 def register_missing_params(c: Context, p: Patch) -> str:
     o, m = opt(c), model(c)
     missing = c.params(trainable=1, in_optimizer=0)
-    before_training(c, p, _missing_params_code(o, m), "give the optimizer the parameters it does not hold", m)
+    right_after_optimizer(c, p, _missing_params_code(o, m), "give the optimizer the parameters it does not hold", m)
     return f"the optimizer updates the {len(missing)} parameter tensors it did not hold"
 
 

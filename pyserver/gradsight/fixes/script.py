@@ -659,10 +659,14 @@ class Script:
 
     def random_writes(self) -> list[ast.stmt]:
         """``y[idx] = torch.randint(...)``: random values written into part of a tensor outside the loop."""
+        # a tensor made empty and filled in place is made by its random writes: removing one leaves garbage
+        filled = {dotted(st.targets[0]) for st in ast.walk(self.tree) if isinstance(st, ast.Assign) and len(st.targets) == 1
+                  and isinstance(st.value, ast.Call) and short(st.value.func) in ("empty", "empty_like", "new_empty")}
         out: list[ast.stmt] = []
         for st in ast.walk(self.tree):
             if (isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Subscript)
-                    and not self.in_training(st) and isinstance(st.value, ast.Call) and short(st.value.func) in RANDOM):
+                    and not self.in_training(st) and isinstance(st.value, ast.Call) and short(st.value.func) in RANDOM
+                    and dotted(st.targets[0].value) not in filled):
                 out.append(st)
         return out
 

@@ -91,8 +91,12 @@ def hidden_activations(c: Context, names: set[str]) -> list[ast.Call]:
     last = set(_last_modules(c, types))
     out = [k for m in c.data.modules if m.type in types and m.name not in last and (k := ctor_of(c, m.name)) is not None]
     outputs = {id(k) for k in _output_calls(c.script, fnames)}
+    # a network's functions: forward methods and functions, and those the training loop calls (not the code that
+    # makes the data, whose sigmoid shapes the labels)
+    per_step = {short(k.func) for k in c.script.calls if c.script.in_training(k)}
     for k in c.script.calls_named(*fnames):
-        if c.script.function_of(k) is not None and id(k) not in outputs:
+        fn = c.script.function_of(k)
+        if fn is not None and (fn.name == "forward" or fn.name in per_step) and id(k) not in outputs:
             out.append(k)
     return _unique(out)
 
