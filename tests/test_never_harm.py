@@ -184,7 +184,10 @@ while True:
 
 def _start(cmd: list[str], cwd: Path) -> subprocess.Popen[str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT / "pyserver")}
-    proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    # as from a terminal: a shell's background job inherits SIGINT ignored, and Python then never raises
+    # KeyboardInterrupt (the test would measure the runner, not the script)
+    proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     assert proc.stdout is not None
     line = proc.stdout.readline()
     assert line == "ready\n", proc.stderr.read() if proc.stderr else ""
