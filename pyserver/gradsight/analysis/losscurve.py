@@ -20,6 +20,7 @@ class LossCurve:
     diverging: bool = False
     lr_jump_step: int | None = None
     spike_recovered: bool = False  # a spike the loss came back down from
+    rose: bool = False  # the loss ends well above its first step's (it blew up at once, before the first tenth ends)
     near_chance: str | None = None  # a classifier's cross-entropy that ends near ln(C): what it says, when it does
     head: float = float("nan")  # median of the first tenth
     tail: float = float("nan")  # median of the last fifth
@@ -52,6 +53,7 @@ def analyse(data: RunData, t: Thresholds) -> tuple[LossCurve, list[Finding]]:
         head = float(np.median(fin[: max(3, n // 10)]))
         tail = float(np.median(fin[-max(3, n // 5):]))
         curve.head, curve.tail = head, tail
+        curve.rose = bool(fin[0] > 0 and tail > 1.5 * fin[0])
         lowest = float(np.min(_smooth(fin)))
         if head > 0 and tail > 0.9 * head:
             curve.not_decreasing = True

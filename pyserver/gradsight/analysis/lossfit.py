@@ -129,7 +129,7 @@ def detect(d: RunData, t: Thresholds, curve: LossCurve, trouble: bool) -> list[F
         is_summed = bool(summed) and len(summed) >= 0.8 * len(calls)
         batch = int(summed[0]["input_shape"][0]) if is_summed and summed[0]["input_shape"] else 1
         # an adaptive optimizer divides the gradient's scale away: a sum matters to SGD-like steps (or when it blows up)
-        scale_matters = trouble or (d.optimizer_type not in ADAPTIVE and (_struggles(curve, 0.5) or _rose(d, curve)))
+        scale_matters = trouble or (d.optimizer_type not in ADAPTIVE and (_struggles(curve, 0.5) or curve.rose))
         # a sum is over every term the mean would average: the batch's rows, times the positions of a per-pixel or
         # per-token loss (its targets' elements)
         terms = max(batch, math.prod(summed[0]["target_shape"])) if is_summed and summed[0].get("target_shape") else batch
@@ -167,30 +167,27 @@ def _progress(curve: LossCurve) -> float:
     return 1.0 - curve.tail / curve.head
 
 
+def _step_loss(d: RunData, step: int) -> float | None:
+    """The step's recorded loss at ``step`` (None when that step is not recorded)."""
+    k = int(np.searchsorted(d.steps["step"], step))
+    return float(d.steps["loss"][k]) if k < d.n_steps and d.steps["step"][k] == step else None
+
+
 def _is_step_loss(d: RunData, step: int, value: float) -> bool:
     """The step's recorded loss at ``step`` is the loss call's own value (not scaled, not summed with others)."""
-    k = int(np.searchsorted(d.steps["step"], step))
-    if k >= d.n_steps or d.steps["step"][k] != step:
+    rec = _step_loss(d, step)
+    if rec is None:
         return True  # (nothing to tell them apart: as before, the step's loss)
-    rec = float(d.steps["loss"][k])
     return math.isfinite(rec) and abs(rec - value) <= 0.01 * max(abs(value), 1e-12)
 
 
 def _unmoved(d: RunData, step: int) -> bool:
     """The step's loss at ``step`` is within 2x of the run's first: no update before it blew the loss up."""
-    loss, steps = d.steps["loss"], d.steps["step"]
-    k = int(np.searchsorted(steps, step))
-    if not len(loss) or k >= len(loss) or steps[k] != step or not (np.isfinite(loss[0]) and np.isfinite(loss[k])):
+    rec = _step_loss(d, step)
+    if rec is None or not d.n_steps or not (math.isfinite(float(d.steps["loss"][0])) and math.isfinite(rec)):
         return False
-    a, b = abs(float(loss[0])), abs(float(loss[k]))
+    a, b = abs(float(d.steps["loss"][0])), abs(rec)
     return b <= 2.0 * a + 1e-12 and a <= 2.0 * b + 1e-12
-
-
-def _rose(d: RunData, curve: LossCurve) -> bool:
-    """The loss ends well above its first step's (it blew up at once, before the curve's first tenth)."""
-    loss = d.steps["loss"]
-    fin = loss[np.isfinite(loss)]
-    return bool(len(fin) and fin[0] > 0 and math.isfinite(curve.tail) and curve.tail > 1.5 * fin[0])
 
 
 def _struggles(curve: LossCurve, below: float) -> bool:

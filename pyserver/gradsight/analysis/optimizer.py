@@ -117,7 +117,7 @@ def learning_rate(d: RunData, t: Thresholds, curve: LossCurve) -> list[Finding]:
                                    f"the learning rate fell from {_fmt(peak)} to below {_fmt(t.lr_decay_low * peak)} by step {k} "
                                    f"({share:.0%} of the run: a scheduler stepped every batch?), and the loss stopped falling there "
                                    f"({at_k:.4g} then)", 0.9, k))
-    early = _decayed_early(d, v, s, t)
+    early = _decayed_early(d, v, s, t, curve)
     if early is not None and not any(f.kind == kinds.LEARNING_RATE_TOO_LOW for f in out):
         out.append(early)
     if base is not None and peak < t.lr_base_low * base and _poor(curve, t):
@@ -127,7 +127,7 @@ def learning_rate(d: RunData, t: Thresholds, curve: LossCurve) -> list[Finding]:
     return out
 
 
-def _decayed_early(d: RunData, v: np.ndarray, s: np.ndarray, t: Thresholds) -> Finding | None:
+def _decayed_early(d: RunData, v: np.ndarray, s: np.ndarray, t: Thresholds, curve: LossCurve) -> Finding | None:
     """A schedule that has brought the rate down to a small part of its peak early in the run (its horizon an
     epoch, a scheduler stepped per batch or micro-batch) while the loss has still much to learn: the rest of the
     run learns at a fraction of the speed it was set for. Only a gradual decay: a plateau scheduler's sudden cut
@@ -150,9 +150,7 @@ def _decayed_early(d: RunData, v: np.ndarray, s: np.ndarray, t: Thresholds) -> F
         return None
     w = max(3, len(after) // 5)
     start, end = float(np.median(after[:w])), float(np.median(after[-w:]))
-    fin = loss[np.isfinite(loss)]
-    head = float(np.median(fin[: max(3, len(fin) // 10)]))
-    if start <= 0 or head <= 0 or end < t.converged_share * head:
+    if start <= 0 or not curve.head > 0 or end < t.converged_share * curve.head:
         return None  # the loss had nothing left to learn: a fast anneal did no harm
     how = "still falling" if end < 0.9 * start else "no longer falling"
     return Finding(kinds.OPTIMIZER, kinds.LEARNING_RATE_TOO_LOW, "error",

@@ -177,11 +177,7 @@ def _from_start(inside: list[Finding], init: list[Finding], data: RunData) -> li
 
 def _learning_rate(data: RunData, findings: list[Finding], curve: LossCurve, t: Thresholds, anomaly: int | None) -> list[Finding]:
     out: list[Finding] = []
-    loss = data.steps["loss"]
-    fin = loss[np.isfinite(loss)]
-    # the loss ends well above where it began (it jumped within the first steps, before the curve's first tenth)
-    rose = bool(len(fin) and fin[0] > 0 and np.isfinite(curve.tail) and curve.tail > 1.5 * fin[0])
-    trouble = curve.spike_step is not None or curve.diverging or curve.oscillating or rose or any(
+    trouble = curve.spike_step is not None or curve.diverging or curve.oscillating or curve.rose or any(
         f.kind in ("nan_inf", "exploding_gradient") and f.severity == "error" for f in findings)
     if curve.lr_jump_step is not None and trouble:
         first_trouble = min([s for s in (curve.spike_step, anomaly) if s is not None], default=None)
@@ -210,7 +206,7 @@ def _learning_rate(data: RunData, findings: list[Finding], curve: LossCurve, t: 
             med = float(np.median(per_layer))
             strength = min(1.0, 0.5 + 0.25 * np.log10(med / t.update_ratio_high + 1e-12) + 0.25)
             how = ("spikes" if curve.spike_step is not None else "diverges" if curve.diverging
-                   else "ends above where it began" if rose else "oscillates" if curve.oscillating
+                   else "ends above where it began" if curve.rose else "oscillates" if curve.oscillating
                    else "does not decrease" if curve.not_decreasing else "falls while layers' outputs leave their range")
             out.append(Finding("optimizer", "learning_rate_too_high", "error",
                                f"update ratio mean|dW|/mean|W| is {med:.3g} (> {t.update_ratio_high:g}) in "

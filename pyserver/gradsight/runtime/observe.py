@@ -23,7 +23,7 @@ LOSSES = ("cross_entropy", "nll_loss", "mse_loss", "l1_loss", "smooth_l1_loss", 
 MAX_DISTINCT = 32  # distinct target values counted, at most
 ATTENTION_SAMPLES = 4  # batch rows whose attention is measured on a measured step
 ATTENTION_BYTES = 2 * 2**20  # per attention map kept as a tensor
-MAX_PENDING = 8  # functional calls followed to the module they feed, per measured step
+MAX_PENDING = 8  # functional sigmoids followed to the module they feed, per measured step
 
 
 _SOFTMAX = torch.softmax  # (gradsight's own: not the wrapper below)
@@ -47,6 +47,7 @@ class Observer:
         self._seen: set[tuple[str, int | None]] = set()  # one observation of a kind per module and step
         # an F.dropout or sigmoid called in a forward, not by its module: its output, to name the module it feeds
         self.pending: list[tuple[dict[str, Any], Any]] = []
+        self.sigmoids = 0  # functional sigmoids followed on this measured step
         self.failed = False
 
     # -- installation --------------------------------------------------------
@@ -76,6 +77,7 @@ class Observer:
     def arm(self, keep_maps: bool) -> None:
         self.armed, self.keep_maps = not self.failed, keep_maps
         self._seen = set()
+        self.sigmoids = 0
 
     def _in_dropout_module(self) -> bool:
         return self._type().startswith("Dropout")
@@ -192,14 +194,13 @@ class Observer:
         @functools.wraps(original)
         def sigmoid(input: Any, *args: Any, **kwargs: Any) -> Any:
             out = original(input, *args, **kwargs)
-            if _compiling() or not obs.armed or obs._type() == "Sigmoid" or len(obs.pending) >= MAX_PENDING:
+            # (unmeasured steps: one attribute read; a measured step follows its first few sigmoids)
+            if not obs.armed or obs.sigmoids >= MAX_PENDING or _compiling() or obs._type() == "Sigmoid" or not isinstance(out, torch.Tensor):
                 return out
-            module = obs._current()
-            n = sum(1 for kind, m, _ in obs.rows if kind == "sigmoid" and m == module)
-            if n < MAX_PENDING and isinstance(out, torch.Tensor):
-                data: dict[str, Any] = {"fn": "sigmoid"}
-                obs.rows.append(("sigmoid", module, data))
-                obs.pending.append((data, out))
+            obs.sigmoids += 1
+            data: dict[str, Any] = {}
+            obs.rows.append(("sigmoid", obs._current(), data))
+            obs.pending.append((data, out))
             return out
 
         return sigmoid
