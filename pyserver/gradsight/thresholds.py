@@ -63,6 +63,7 @@ class Thresholds:
     penalty_cos_high: float = 0.9  # cos(gradient, weights) above this in most layers: a weight penalty is all of the gradient
     weight_shrink_low: float = 0.5  # weights that shrink below this fraction of their start while the loss does not fall
     weight_shrink_decay: float = 0.8  # ... or below this one while the decay alone would take half of them over the run
+    coupled_decay_over_grad: float = 0.75  # a coupled decay wd*|W| this size of |g| (or more): the step is mostly decay
     # the loss's inputs
     initial_loss_over_log_classes: float = 3.0  # a first cross-entropy this many times ln(C): the output layer starts far off
     dropout_high: float = 0.7  # a dropout rate at or above this drops most units

@@ -32,6 +32,7 @@ class Finding:
     strength: float  # 0..1
     step: int | None = None  # first step where it held
     direct: bool = True  # False when inferred from a consequence (zero gradients behind dead units, say)
+    weight_growth: float = 1.0  # how many times the module's own weights grew over the run (out-of-range outputs)
 
     @property
     def key(self) -> tuple[str, str]:
@@ -104,8 +105,8 @@ class Detector:
         self.out: list[Finding] = []
 
     def add(self, module: str, kind: str, severity: str, evidence: str, strength: float, step: int | None = None,
-            direct: bool = True) -> None:
-        self.out.append(Finding(module, kind, severity, evidence, float(np.clip(strength, 0.0, 1.0)), step, direct))
+            direct: bool = True, weight_growth: float = 1.0) -> None:
+        self.out.append(Finding(module, kind, severity, evidence, float(np.clip(strength, 0.0, 1.0)), step, direct, weight_growth))
 
     # -- helpers ------------------------------------------------------------------
     def producer(self, i: int) -> int:
@@ -490,7 +491,7 @@ class Detector:
                 evidence += f"; its weights grew {growth:.1f}x"
                 strength = min(1.0, strength + 0.3)
             self.add(self.names[i], "activation_out_of_range", "error" if huge.any() or top > 1000 or growth > 3 else "warning",
-                     evidence, strength, int(steps[j]))
+                     evidence, strength, int(steps[j]), weight_growth=growth)
 
     def initialization(self) -> None:
         """Weights far from a sane scale at the first step, or activations out of range from the very start."""

@@ -279,10 +279,15 @@ def weight_decay(d: RunData, t: Thresholds, curve: LossCurve) -> list[Finding]:
                 with np.errstate(divide="ignore", invalid="ignore"):  # a zero gradient: the ratio is inf, then dropped
                     ratio = wd * w[[a for a, _ in pairs]][:, layers].astype(np.float64) / g[[b for _, b in pairs]][:, layers].astype(np.float64)
                 r = ratio[np.isfinite(ratio)]
-                if len(r) and float(np.median(r)) > 5.0:
+                # (an adaptive optimizer normalises gradient and decay together: a decay as large as the gradient
+                # turns most of the step towards zero, however the rate is set)
+                if len(r) and float(np.median(r)) >= t.coupled_decay_over_grad:
                     out.append(Finding(kinds.OPTIMIZER, kinds.WEIGHT_DECAY_TOO_HIGH, "error",
                                        f"weight_decay={_fmt(wd)} adds {float(np.median(r)):.3g}x the gradient's size to every step "
-                                       "and the loss does not fall", 0.8, int(wsteps[0])))
+                                       f"({d.optimizer_type} adds wd * W to the gradient) and the loss makes poor progress "
+                                       f"({curve.head:.4g} -> {curve.tail:.4g}): the decay, not the data, steers the step",
+                                       float(np.clip(0.6 + 0.1 * np.log10(float(np.median(r)) / t.coupled_decay_over_grad + 1e-12) + 0.2, 0.6, 0.95)),
+                                       int(wsteps[0])))
     return out
 
 

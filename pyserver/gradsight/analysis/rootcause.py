@@ -25,6 +25,7 @@ that the chosen one does not explain). A weak or ambiguous signal gives a low va
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -200,7 +201,9 @@ def _learning_rate(data: RunData, findings: list[Finding], curve: LossCurve, t: 
         # which crowd where triggers fired
         n_early = max(2, int(np.sum(steps <= first + max(5, data.n_steps // 10))))
         early = ur[:n_early][:, layers].astype(np.float64)
-        per_layer = np.nanmedian(np.where(np.isfinite(early), early, np.nan), axis=0) if np.isfinite(early).any() else np.array([])
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # a layer with no finite value in the window: NaN, dropped below
+            per_layer = np.nanmedian(np.where(np.isfinite(early), early, np.nan), axis=0) if np.isfinite(early).any() else np.array([])
         per_layer = per_layer[np.isfinite(per_layer)]
         if len(per_layer) and np.mean(per_layer > t.update_ratio_high) >= 0.5:
             med = float(np.median(per_layer))
@@ -213,6 +216,18 @@ def _learning_rate(data: RunData, findings: list[Finding], curve: LossCurve, t: 
                                f"{np.mean(per_layer > t.update_ratio_high):.0%} of layers from the start, and the loss "
                                f"{how}",
                                float(np.clip(strength, 0.5, 1.0)), int(steps[0])))
+    # weights change only by the optimizer's steps: a layer whose own weights grew several times over until its
+    # output left its range was pushed there by steps too large for it (grads_not_zeroed, a summed loss and a
+    # negative decay are named in earlier tiers), however small the update ratio looks once gradients are clipped
+    grown = sorted([f for f in findings if f.kind == "activation_out_of_range" and f.severity == "error" and f.module != "input"
+                    and f.weight_growth > 3], key=lambda f: f.step if f.step is not None else 10**9)
+    if grown and (trouble or stuck) and not scaled_wrong and not out:
+        g = grown[0]
+        out.append(Finding("optimizer", "learning_rate_too_high", "error",
+                           f"the weights of {g.module!r} grew {g.weight_growth:.1f}x under the optimizer's steps until its output "
+                           f"left its range (out of range from step {g.step}), and the loss "
+                           f"{'spiked' if curve.spike_step is not None else 'diverged' if curve.diverging else 'did not decrease'}",
+                           0.7, g.step))
     return out
 
 
@@ -233,6 +248,13 @@ def _stagnation(data: RunData, findings: list[Finding], curve: LossCurve, t: Thr
         if len(vals) and np.median(vals) < t.update_ratio_low:
             out.append(Finding("optimizer", "learning_rate_too_low", "error",
                                f"median update ratio {np.median(vals):.3g} < {t.update_ratio_low:g} and the loss does not decrease", 0.8))
+        elif len(vals) and np.median(vals) < 10 * t.update_ratio_low and _steady_fall(data):
+            # the loss keeps falling to the end, but barely, with steps a tenth of a healthy size: each step helps and is
+            # too small (labels with no signal are memorised by steps of healthy size; a net that cannot learn stays flat)
+            out.append(Finding("optimizer", "learning_rate_too_low", "error",
+                               f"the loss falls steadily but slowly ({curve.head:.4g} -> {curve.tail:.4g}, every quarter of the run "
+                               f"below the one before) with a median update ratio of {np.median(vals):.3g} "
+                               f"(healthy steps are near {10 * t.update_ratio_low:g}): the steps are too small", 0.65))
     lr = data.steps["lr"]
     if curve.not_decreasing and np.isfinite(lr).any() and np.nanmax(lr) < 1e-6:
         out.append(Finding("optimizer", "learning_rate_too_low", "error", f"learning rate {np.nanmax(lr):.3g} and the loss does not decrease", 0.8))
@@ -247,6 +269,17 @@ def _stagnation(data: RunData, findings: list[Finding], curve: LossCurve, t: Thr
                            f"{curve.near_chance}, while gradients and updates look healthy: check that the labels go with their "
                            "inputs", 0.5))
     return out
+
+
+def _steady_fall(data: RunData) -> bool:
+    """The loss's quarter means fall one after another: it is still falling when the run ends."""
+    loss = data.steps["loss"].astype(np.float64)
+    loss = loss[np.isfinite(loss)]
+    if len(loss) < 20:
+        return False
+    q = np.array([part.mean() for part in np.array_split(loss, 4)])
+    falls = q[:-1] - q[1:]
+    return bool((falls > 0).all())
 
 
 def _path(data: RunData, cause: Finding, findings: list[Finding]) -> list[str]:

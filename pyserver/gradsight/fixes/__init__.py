@@ -136,7 +136,8 @@ def suggest(cause: RootCause | None, findings: list[Finding], data: RunData, scr
             source = Path(script).read_text(errors="replace")
         except OSError:
             return []
-    s = Script(source, os.path.abspath(script))
+    s = Script(source, os.path.abspath(script), tuple((data.phase or {}).get("models") or ()),
+               tuple(str(o.get("type")) for o in data.optimizers if o.get("type")))
     out: list[dict[str, Any]] = []
     seen: set[str] = set()
     for order, target in enumerate(_targets(cause, findings)):

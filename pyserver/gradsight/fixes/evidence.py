@@ -219,8 +219,10 @@ def lambda_scheduler(c: Context) -> bool:
 
 @premise
 def lr_decays_to_zero(c: Context) -> bool:
+    """The schedule holds the rate near zero (below 5% of its start) for a quarter of the run or more: it ended early
+    (a decay to zero at the run's very end is the schedule working)."""
     base = c.initial_lr
-    return base is not None and base > 0 and len(c.lr) > 3 and float(c.lr[len(c.lr) // 2:].min()) < 1e-2 * base
+    return base is not None and base > 0 and len(c.lr) > 3 and float(np.mean(c.lr < 0.05 * base)) >= 0.25
 
 
 @premise
@@ -248,14 +250,38 @@ def update_ratio_high(c: Context) -> bool:
 
 @premise
 def update_ratio_low(c: Context) -> bool:
+    """Updates far below the ~1e-3 of the weights a healthy step makes (below 1e-4; below 1e-3 when the diagnosis
+    itself found the rate too low: it read more than the update ratio)."""
     r = c.update_ratio
-    return r is not None and r < 1e-4
+    low = 1e-3 if c.target.kind == kinds.LEARNING_RATE_TOO_LOW and c.target.module == kinds.OPTIMIZER else 1e-4
+    return r is not None and r < low
 
 
 @premise
 def lr_not_decayed(c: Context) -> bool:
+    """The rate spent most of the run near where it started (a schedule that ends low is fine; one that took the
+    rate away early is the schedule's fault, for which other fixes exist)."""
     base = c.initial_lr
-    return not (base and len(c.lr) and float(c.lr[-1]) < 1e-2 * base)
+    return not (base and len(c.lr) and float(np.median(c.lr)) < 0.1 * base)
+
+
+@premise
+def schedule_ends_early(c: Context) -> bool:
+    """The schedule took the rate to its floor (below 15% of its peak) before half the run, kept it there, and the
+    script tells the schedule its length: a horizon shorter than the run."""
+    lr = c.lr
+    if len(lr) < 10 or not np.isfinite(lr).all() or float(lr.max()) <= 0:
+        return False
+    peak = int(np.argmax(lr))  # (after a warmup's low start)
+    low = lr[peak:] < 0.15 * float(lr.max())
+    at = peak + int(np.argmax(low)) if low.any() else len(lr)
+    return at < 0.5 * len(lr) and bool(low[at - peak:].mean() >= 0.9) and bool(c.script.schedule_horizons())
+
+
+@premise
+def scheduler_per_micro_batch(c: Context) -> bool:
+    """A scheduler steps inside the loop over micro-batches: several times per optimizer step."""
+    return bool(c.script.scheduler_steps_per_micro_batch())
 
 
 @premise
@@ -345,18 +371,34 @@ def accumulation_unscaled(c: Context) -> bool:
 
 @premise
 def detach_in_forward(c: Context) -> bool:
-    return bool(c.script.detach_calls())
+    """A detach() in the forward, and trainable parameters that never got a gradient (what a cut graph leaves)."""
+    return bool(c.script.detach_calls()) and bool(c.params(trainable=1, got_grad=0))
 
 
 @premise
 def no_grad_in_forward(c: Context) -> bool:
-    return bool(c.script.no_grad_blocks())
+    """A no_grad block in the forward, and trainable parameters that never got a gradient (a teacher run under
+    no_grad beside its student is not one)."""
+    return bool(c.script.no_grad_blocks()) and bool(c.params(trainable=1, got_grad=0))
 
 
 @premise
 def params_not_in_optimizer(c: Context) -> bool:
     """Trainable parameters the optimizer does not hold."""
     return bool(c.params(trainable=1, in_optimizer=0))
+
+
+@premise
+def optimizer_on_other_model(c: Context) -> bool:
+    """Every parameter the optimizer holds is frozen, and the training step runs (outside no_grad) another model the
+    optimizer was not given: it was built over the wrong model's parameters (the teacher's for its student's)."""
+    held = c.params(in_optimizer=1)
+    return bool(held) and not c.params(in_optimizer=1, trainable=1) and bool(_other_models(c))
+
+
+def _other_models(c: Context) -> list[str]:
+    o = c.script.optimizer
+    return [m for m in c.script.models_trained_in_loop() if o is not None and o.models and m not in o.models]
 
 
 @premise

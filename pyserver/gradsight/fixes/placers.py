@@ -132,6 +132,19 @@ def step_stmt(c: Context) -> ast.stmt:
     return s.stmt_of(calls[0])
 
 
+def opt_at_step(c: Context) -> str:
+    """The optimizer as the training step names it where it calls step(): ``self.optimizer`` in a trainer's method,
+    ``optimizer`` in a plain loop (``scaler.step(optimizer)``: its argument)."""
+    o = opt(c)
+    s = c.script
+    calls = [k for k in s.step_calls(o) if s.in_training(k)]
+    if calls and isinstance(calls[0].func, ast.Attribute):
+        owner = dotted(calls[0].func.value)
+        held = dotted(calls[0].args[0]) if calls[0].args else owner
+        return held if held and held.endswith(o) else o
+    return o
+
+
 def backward_stmt(c: Context) -> ast.stmt:
     b = c.script._backward_stmt()
     if b is None:
@@ -303,6 +316,47 @@ def scheduler_step_per_epoch(c: Context, p: Patch) -> str:
     return f"{pairs[0][0].ctor} steps once an epoch, as its step_size / milestones mean"
 
 
+@placer
+def stretch_schedule(c: Context, p: Patch) -> str:
+    found = c.script.schedule_horizons()
+    if not found:
+        raise NoPlace("no schedule length in the script")
+    n = int(c.data.n_steps)
+    sch, _, node, name = found[0]
+    p.replace_node(node, str(n))
+    return f"{sch.ctor}'s {name} is the run's {n} optimizer steps: the schedule ends where the run does"
+
+
+@placer
+def optimizer_over_trained_model(c: Context, p: Patch) -> str:
+    from .evidence import _other_models
+
+    o = c.script.optimizer
+    others = _other_models(c)
+    if o is None or not o.models or not others:
+        raise NoPlace("no other model trained in the loop")
+    held = [k.func.value for k in ast.walk(o.call) if isinstance(k, ast.Call) and isinstance(k.func, ast.Attribute)
+            and k.func.attr in ("parameters", "named_parameters") and dotted(k.func.value) in o.models]
+    if not held:
+        raise NoPlace("the optimizer's parameters are not X.parameters()")
+    for node in held:
+        p.replace_node(node, others[0])
+    return f"the optimizer steps {others[0]}'s parameters, the model the loss trains"
+
+
+@placer
+def scheduler_step_after_optimizer_step(c: Context, p: Patch) -> str:
+    pairs = c.script.scheduler_steps_per_micro_batch()
+    if not pairs:
+        raise NoPlace("no scheduler stepped per micro-batch")
+    st = step_stmt(c)
+    for sched, call in pairs:
+        p.delete_stmt(c.script.stmt_of(call), "stepped once per optimizer step, after it")
+        p.insert_after(st, f"{dotted(call.func.value) if isinstance(call.func, ast.Attribute) else sched.var}.step()",
+                       "once per optimizer step")
+    return f"{pairs[0][0].ctor} advances once per optimizer step, as its horizon counts them"
+
+
 # -- optimizer settings -----------------------------------------------------------------------------------
 def _negative(node: ast.AST) -> bool:
     return isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub)
@@ -396,7 +450,7 @@ def delete_clipping(c: Context, p: Patch) -> str:
 # -- the loop ---------------------------------------------------------------------------------------------
 @placer
 def zero_grad_after_step(c: Context, p: Patch) -> str:
-    o = opt(c)
+    o = opt_at_step(c)
     st = step_stmt(c)
     for k in c.script.zero_grad_calls_in_loop():
         z = c.script.stmt_of(k)

@@ -92,9 +92,11 @@ def number(node: ast.AST | None) -> float | None:
 class Script:
     """A parsed script and the facts fixes need; ``ok`` is False when it does not parse (no fix is placed)."""
 
-    def __init__(self, source: str, path: str | None = None) -> None:
+    def __init__(self, source: str, path: str | None = None, focus: tuple[str, ...] = (), optimizer_types: tuple[str, ...] = ()) -> None:
         self.source = source
         self.path = path
+        self.focus = focus  # the model variables of the training phase diagnosed (a student after its teacher)
+        self.optimizer_types = optimizer_types  # the optimizer classes the run recorded (its last phase's)
         self.lines = source.splitlines()
         try:
             self.tree: ast.Module = ast.parse(source)
@@ -192,15 +194,31 @@ class Script:
         if not opts:
             return None
         stepped = [o for o in opts if self.step_calls(o.var)]
-        return (stepped or opts)[0]
+        focused = [o for o in stepped or opts if set(o.models) & set(self.focus)]
+        recorded = [o for o in stepped or opts if o.ctor in self.optimizer_types]
+        return (focused or recorded or stepped or opts)[0]
 
     def step_calls(self, opt: str) -> list[ast.Call]:
         """``opt.step()``, and ``scaler.step(opt)`` of a GradScaler."""
         if not opt:
             return []
-        out = self.method_calls(opt, "step")
-        out += [c for c in self.calls if isinstance(c.func, ast.Attribute) and c.func.attr == "step" and c.args and dotted(c.args[0]) == opt]
+        out = [c for c in self.calls if isinstance(c.func, ast.Attribute) and c.func.attr == "step" and _held(dotted(c.func.value), opt)]
+        out += [c for c in self.calls if isinstance(c.func, ast.Attribute) and c.func.attr == "step" and c.args
+                and _held(dotted(c.args[0]), opt)]
         return sorted(out, key=lambda c: c.lineno)
+
+    def accumulation_loops(self) -> list[ast.For | ast.While]:
+        """Loops around a ``backward()`` that do not hold the optimizer's step() of the same function: a loop over
+        micro-batches, inside the training step (the step comes after it)."""
+        opt = self.optimizer
+        steps = self.step_calls(opt.var) if opt is not None else []
+        out: list[ast.For | ast.While] = []
+        for b in self.backward_calls:
+            fn = self.function_of(b)
+            mine = [c for c in steps if self.function_of(c) is fn]
+            if mine:
+                out += [lp for lp in self.loops_around(b) if not any(self.inside(c, lp) for c in mine) and lp not in out]
+        return out
 
     @cached_property
     def model(self) -> str | None:
@@ -211,11 +229,25 @@ class Script:
         models = [m for m in opt.models if m]
         return models[0] if models else None
 
+    @cached_property
+    def training_backwards(self) -> list[ast.Call]:
+        """The ``backward()`` calls, first those of the optimizer's own loop (a script that trains a teacher and then
+        its student has two; the optimizer is the diagnosed phase's)."""
+        opt = self.optimizer
+        steps = self.step_calls(opt.var) if opt is not None else []
+
+        def with_step(b: ast.Call) -> bool:
+            fn, loops = self.function_of(b), self.loops_around(b)
+            return any(self.function_of(c) is fn and (not loops or self.inside(c, loops[0])) for c in steps)
+
+        return sorted(self.backward_calls, key=lambda b: not with_step(b))
+
     def _loops_of_backward(self) -> list[ast.For | ast.While]:
-        """The loops around the first ``backward()``: in its function, else around the calls of that function
-        (a ``train_step`` method the loop calls)."""
-        for b in self.backward_calls:
-            loops = self.loops_around(b)
+        """The loops around the first ``backward()`` (of the optimizer's loop): in its function, else around the calls
+        of that function (a ``train_step`` method the loop calls)."""
+        micro = self.accumulation_loops()
+        for b in self.training_backwards:
+            loops = [lp for lp in self.loops_around(b) if lp not in micro]
             if loops:
                 return loops
             fn = self.function_of(b)
@@ -241,8 +273,9 @@ class Script:
     @cached_property
     def step_function(self) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
         """The function holding ``backward()`` when the loop is outside it (a ``train_step``), else None."""
-        for b in self.backward_calls:
-            if self.loops_around(b):
+        micro = self.accumulation_loops()
+        for b in self.training_backwards:
+            if [lp for lp in self.loops_around(b) if lp not in micro]:
                 return None
             fn = self.function_of(b)
             if fn is not None and self.loop is not None and not self.inside(self.loop, fn):
@@ -357,7 +390,57 @@ class Script:
         return out
 
     def scheduler_step_calls(self) -> list[tuple[Scheduler, ast.Call]]:
-        return [(s, c) for s in self.schedulers for c in self.method_calls(s.var, "step")]
+        return [(s, c) for s in self.schedulers for c in self.calls if isinstance(c.func, ast.Attribute) and c.func.attr == "step"
+                and _held(dotted(c.func.value), s.var)]
+
+    def schedule_horizons(self) -> list[tuple[Scheduler, ast.Call, ast.AST, str]]:
+        """Where a schedule stepped with the optimizer (once a step) is told its length in steps: the
+        ``num_training_steps`` of a Hugging Face schedule, ``T_max`` / ``total_steps`` / ``total_iters``, or a
+        ``*steps*`` / ``*iters*`` variable a ``LambdaLR``'s function reads (assigned once). (scheduler, call, the node
+        holding the length or the call itself when it is not given, keyword.)"""
+        out: list[tuple[Scheduler, ast.Call, ast.AST, str]] = []
+        per_step = {id(sch) for sch, c in self.scheduler_step_calls() if self.in_training(c)
+                    and (self.inner_loop is None or self.inside(c, self.inner_loop) or self.step_function is not None)}
+        for sch in self.schedulers:
+            if id(sch) not in per_step:
+                continue
+            call = sch.call
+            if sch.ctor in ("get_linear_schedule_with_warmup", "get_cosine_schedule_with_warmup",
+                            "get_polynomial_decay_schedule_with_warmup"):
+                kw = kwarg(call, "num_training_steps")
+                node = kw.value if kw is not None else call.args[2] if len(call.args) > 2 else None
+                if node is not None:
+                    out.append((sch, call, node, "num_training_steps"))
+            elif sch.ctor in ("CosineAnnealingLR", "OneCycleLR", "PolynomialLR"):
+                name = {"CosineAnnealingLR": "T_max", "OneCycleLR": "total_steps", "PolynomialLR": "total_iters"}[sch.ctor]
+                kw = kwarg(call, name)
+                node = kw.value if kw is not None else call.args[1] if sch.ctor == "CosineAnnealingLR" and len(call.args) > 1 else None
+                if node is not None:
+                    out.append((sch, call, node, name))
+            elif sch.ctor == "LambdaLR":
+                given = kwarg(call, "lr_lambda")
+                fn_node = given.value if given is not None else call.args[1] if len(call.args) > 1 else None
+                body: ast.AST | None = fn_node if isinstance(fn_node, ast.Lambda) else None
+                if isinstance(fn_node, ast.Name):
+                    body = next((d for d in ast.walk(self.tree) if isinstance(d, ast.FunctionDef) and d.name == fn_node.id), None)
+                if body is None:
+                    continue
+                own = {a.arg for a in ast.walk(body) if isinstance(a, ast.arg)}
+                names = {n.id for n in ast.walk(body) if isinstance(n, ast.Name) and n.id not in own}
+                for name in sorted(names):
+                    low = name.lower()
+                    if not ("step" in low or "iter" in low) or low.startswith("warm"):
+                        continue
+                    assigned = [st for st in self.assignments_to(name) if isinstance(st, ast.Assign) and len(st.targets) == 1]
+                    if len(assigned) == 1:
+                        out.append((sch, call, assigned[0].value, name))
+        return out
+
+    def scheduler_steps_per_micro_batch(self) -> list[tuple[Scheduler, ast.Call]]:
+        """Scheduler steps inside a loop over micro-batches (around backward(), not the optimizer's step()): the
+        schedule advances once a micro-batch, several times per optimizer step."""
+        micro = self.accumulation_loops()
+        return [(s, c) for s, c in self.scheduler_step_calls() if any(self.inside(c, lp) for lp in micro)]
 
     def epoch_scheduler_steps_per_batch(self) -> list[tuple[Scheduler, ast.Call]]:
         inner, outer = self.inner_loop, self.loop
@@ -411,7 +494,7 @@ class Script:
         return [c for c in self.calls_named("zero_grad") if self.in_training(c)]
 
     def _backward_stmt(self) -> ast.stmt | None:
-        inside = [b for b in self.backward_calls if self.in_training(b)]
+        inside = [b for b in self.training_backwards if self.in_training(b)]
         return self.stmt_of(inside[0]) if inside else None
 
     def _step_stmts(self) -> list[ast.stmt]:
@@ -585,6 +668,23 @@ class Script:
             return min(c.lineno for c in calls) if calls else None
         return None
 
+    def models_trained_in_loop(self) -> list[str]:
+        """Variables called in the training step before ``backward()`` (outside ``no_grad``) that hold an object the
+        script builds with a call (``student = make_student()``): the models whose output the loss is made of."""
+        b = self._backward_stmt()
+        out: list[str] = []
+        for k in self.calls:
+            name = dotted(k.func)
+            if not isinstance(k.func, ast.Name) or name in out or not self.in_training(k) or (b is not None and k.lineno > b.lineno):
+                continue
+            if any(isinstance(a, ast.With) and "no_grad" in self.segment(a.items[0].context_expr) for a in self.ancestors(k)):
+                continue
+            built = [st.value for st in self.assignments_to(name) if isinstance(st, ast.Assign) and isinstance(st.value, ast.Call)]
+            maker = short(built[0].func) if built else ""
+            if maker and maker not in LOSSES and not maker.endswith("Loss") and "loss" not in name.lower() and "criterion" not in name.lower():
+                out.append(name)
+        return out
+
     def forward_calls_in_loop(self, model_class: str = "") -> list[ast.Call]:
         m = self.model_var(model_class)
         if not m or self.loop is None:
@@ -669,6 +769,11 @@ class Script:
                     and dotted(st.targets[0].value) not in filled):
                 out.append(st)
         return out
+
+
+def _held(owner: str, var: str) -> bool:
+    """``owner`` is the variable ``var``, or the attribute an object keeps it in (a trainer's ``self.optimizer``)."""
+    return owner == var or (bool(var) and "." not in var and owner.endswith("." + var))
 
 
 def _binds(node: ast.AST) -> set[str]:

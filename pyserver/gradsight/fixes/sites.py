@@ -138,15 +138,45 @@ def dropout_sites(c: Context, at_least: float) -> list[ast.AST]:
     return _unique(out)
 
 
-def _constant_behind(s: Script, node: ast.AST) -> ast.AST:
-    """A name's value when it is assigned a number once in the script (``DROPOUT = 0.9``)."""
+def _constant_behind(s: Script, node: ast.AST, depth: int = 0) -> ast.AST:
+    """A name's value when it is assigned a number once in the script (``DROPOUT = 0.9``), or when it is a parameter
+    of the function (or class constructor) it is used in: the number passed for it where that is called
+    (``Block(dim, drop=0.9)``, ``drop=DROPOUT``), else its default (``def __init__(self, ch, p_drop=0.9)``)."""
     name = dotted(node)
     if not name or "." in name:
         return node
+    fn = s.function_of(node)
+    if fn is not None and name in {a.arg for a in (*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs)}:
+        return (_argument_behind(s, fn, name, depth) if depth < 4 else None) or node
     assigned = [st for st in s.assignments_to(name) if isinstance(st, ast.Assign)]
     if len(assigned) == 1 and number(assigned[0].value) is not None:
         return assigned[0].value
     return node
+
+
+def _argument_behind(s: Script, fn: ast.FunctionDef | ast.AsyncFunctionDef, name: str, depth: int) -> ast.AST | None:
+    """The number a parameter of ``fn`` gets: a literal (or a module constant) given by keyword where ``fn`` (its class,
+    for ``__init__``) is called, else the parameter's default when it is a number."""
+    owner = s.class_of(fn)
+    callee = owner.name if fn.name == "__init__" and owner is not None else fn.name
+    args = fn.args
+    positional = [*args.posonlyargs, *args.args]
+    # (a method's first parameter is bound by the call, not passed)
+    offset = 1 if owner is not None and positional and positional[0].arg in ("self", "cls") else 0
+    at = next((i - offset for i, a in enumerate(positional) if a.arg == name), None)
+    for k in s.calls:
+        if short(k.func) != callee:
+            continue
+        kw = kwarg(k, name)
+        given = kw.value if kw is not None else k.args[at] if at is not None and 0 <= at < len(k.args) else None
+        if given is None:
+            continue
+        v = given if number(given) is not None else _constant_behind(s, given, depth + 1)
+        return v if number(v) is not None else None  # (a value computed where it is called: not a constant to change)
+    defaults = dict(zip([a.arg for a in positional][len(positional) - len(args.defaults):], args.defaults))
+    defaults.update({a.arg: d for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is not None})
+    value = defaults.get(name)
+    return value if value is not None and number(value) is not None else None
 
 
 def weight_edits(c: Context, module: str) -> list[ast.stmt]:
