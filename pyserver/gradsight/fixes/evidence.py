@@ -123,6 +123,14 @@ class Context:
         return np.asarray(self.data.input_stats[1], dtype=np.float64)
 
     @property
+    def input_arg(self) -> int | str | None:
+        """Which argument of the model's call the input statistics are of (None: not recorded, the first)."""
+        v = self.data.run.get("input_arg")
+        if v is None or v == "":
+            return None
+        return int(v) if str(v).isdigit() else str(v)
+
+    @property
     def first_module(self) -> str:
         ranked = sorted((m for m in self.data.modules if m.forward_order is not None and m.own_params), key=lambda m: m.forward_order or 0)
         return ranked[0].type if ranked else ""
@@ -510,7 +518,14 @@ def log_in_code(c: Context) -> bool:
 
 @premise
 def std_division(c: Context) -> bool:
-    return bool(c.script.std_divisions())
+    """The script divides by a standard deviation, and the input shows what a std near zero makes of it: non-finite
+    values (0 / 0) or values of a million and more (an input merely left unscaled is not that)."""
+    if not c.script.std_divisions():
+        return False
+    x = c.inputs
+    nonfinite = bool(x.size) and float(np.nansum(x[:, 4])) > 0
+    extreme = bool(x.size) and float(np.nanmax(np.abs(x[:, :2]))) >= 1e6
+    return nonfinite or extreme or (not x.size and c.has_finding(kinds.NAN_INF))
 
 
 @premise
@@ -529,7 +544,8 @@ def pixel_range_input(c: Context) -> bool:
 def unscaled_input(c: Context) -> bool:
     """Real-valued input far from unit scale (std or mean above 10) that is not token ids."""
     x = c.inputs
-    if not x.size or c.first_module in ("Embedding", "EmbeddingBag"):
+    # (statistics of a float argument are not of token ids, whatever the first layer is; unrecorded: the first layer says)
+    if not x.size or (c.input_arg is None and c.first_module in ("Embedding", "EmbeddingBag")):
         return False
     return float(np.nanmedian(x[:, 3])) > 10 or float(np.nanmedian(np.abs(x[:, 2]))) > 10
 

@@ -706,8 +706,19 @@ def eps_in_division(c: Context, p: Patch) -> str:
 
 # -- the input --------------------------------------------------------------------------------------------
 def _forward_inputs(c: Context) -> list[ast.AST]:
+    """The model's input in its calls in the training loop: the argument the run's input statistics are of (a
+    recommender's dense features after its ids), else the first."""
     calls = c.script.forward_calls_in_loop(str(c.data.run.get("model") or ""))
-    out: list[ast.AST] = [k.args[0] for k in calls if k.args]
+    at = c.input_arg
+    out: list[ast.AST] = []
+    for k in calls:
+        kw = kwarg(k, at) if isinstance(at, str) else None
+        if kw is not None:
+            out.append(kw.value)
+        elif isinstance(at, int) and at < len(k.args) and not any(isinstance(a, ast.Starred) for a in k.args[: at + 1]):
+            out.append(k.args[at])
+        elif at is None and k.args:
+            out.append(k.args[0])
     if not out:
         raise NoPlace("no model(x) call in the training loop")
     return out
@@ -722,9 +733,10 @@ def transform_input(c: Context, p: Patch, how: str) -> str:
         elif how == "pixels":
             p.replace_node(a, f"({x} / 255.0)")
         elif how == "standardize":
-            if not isinstance(a, (ast.Name, ast.Attribute, ast.Subscript)):
-                raise NoPlace("the input is an expression that cannot be read twice")
-            p.replace_node(a, f"(({x} - {x}.mean(0, keepdim=True)) / ({x}.std(0, keepdim=True) + 1e-6))")
+            if isinstance(a, (ast.Name, ast.Attribute, ast.Subscript)):
+                p.replace_node(a, f"(({x} - {x}.mean(0, keepdim=True)) / ({x}.std(0, keepdim=True) + 1e-6))")
+            else:  # an expression (a call that prepares the batch) is evaluated once, as before
+                p.replace_node(a, f"(lambda _x: (_x - _x.mean(0, keepdim=True)) / (_x.std(0, keepdim=True) + 1e-6))({x})")
         else:
             raise NoPlace(f"unknown input transform {how!r}")
     return {"nan_to_num": "non-finite input values become finite", "pixels": "pixels in [0, 1]",

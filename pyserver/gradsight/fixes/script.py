@@ -690,7 +690,8 @@ class Script:
         if not m or self.loop is None:
             return []
         b = self._backward_stmt()
-        return [c for c in self.calls if dotted(c.func) == m and self.in_training(c) and (b is None or c.lineno <= b.lineno) and (c.args or c.keywords)]
+        return [c for c in self.calls if _held(dotted(c.func), m) and self.in_training(c) and (b is None or c.lineno <= b.lineno)
+                and (c.args or c.keywords)]
 
     @cached_property
     def prediction_functions(self) -> set[str]:

@@ -157,6 +157,7 @@ class Session:
         self._zeroed: bool | None = None
         self._prebw: torch.Tensor | None = None  # norm of the gradients found before the step's first backward
         self._input_stats: torch.Tensor | None = None
+        self._input_arg: int | str | None = None  # the model argument the input statistics are of
         self._stepping: tuple[torch.optim.Optimizer, Watched | None, bool] | None = None  # (optimizer, its model, is it the primary)
         self._step_open = False  # the stepping model's values are collected (its step has begun)
         self._closure_step = False  # the stepping model is read when its closure returns
@@ -449,9 +450,13 @@ class Session:
             try:
                 # the first floating-point argument: a model given ids first (a recommender's user and item ids, then
                 # its dense features) is judged on the features
-                x = next((v for v in (*args, *kwargs.values()) if isinstance(v, torch.Tensor) and v.is_floating_point()
-                          and v.numel() > 1), None)
+                given = [*enumerate(args), *kwargs.items()]
+                at, x = next(((k, v) for k, v in given if isinstance(v, torch.Tensor) and v.is_floating_point()
+                              and v.numel() > 1), (None, None))
                 if x is not None:
+                    if at != self._input_arg:  # which argument the statistics are of (a fix transforms that one)
+                        self._input_arg = at
+                        self.writer.update_run(input_arg=at)
                     x = x.detach().float()
                     mn, mx = torch.aminmax(x)
                     self._input_stats = torch.stack([mn, mx, x.mean(), x.std(), (~torch.isfinite(x)).sum().float()])

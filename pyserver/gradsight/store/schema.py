@@ -24,7 +24,8 @@ CREATE TABLE IF NOT EXISTS run (
     model TEXT, optimizer TEXT, loss_source TEXT, loss_module TEXT,
     models TEXT,  -- JSON: [{"name", "part", "type", "module_offset", ...}] of every watched model, when there are several
     run_group TEXT,  -- the distributed run (torchrun) whose ranks' stores are siblings; NULL for one process
-    optimizers TEXT  -- JSON: [{"type", "groups": [{"lr", "initial_lr", "weight_decay", "eps", "betas", "momentum", ...}]}]
+    optimizers TEXT,  -- JSON: [{"type", "groups": [{"lr", "initial_lr", "weight_decay", "eps", "betas", "momentum", ...}]}]
+    input_arg TEXT  -- which argument of the model's call the input statistics are of: its position, or its keyword
 );
 CREATE TABLE IF NOT EXISTS modules (
     id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE, type TEXT NOT NULL,
