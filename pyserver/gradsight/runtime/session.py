@@ -450,7 +450,7 @@ class Session:
             try:
                 # the first floating-point argument: a model given ids first (a recommender's user and item ids, then
                 # its dense features) is judged on the features
-                given = [*enumerate(args), *kwargs.items()]
+                given: list[tuple[int | str, Any]] = [*enumerate(args), *kwargs.items()]
                 at, x = next(((k, v) for k, v in given if isinstance(v, torch.Tensor) and v.is_floating_point()
                               and v.numel() > 1), (None, None))
                 if x is not None:
