@@ -332,6 +332,129 @@ def test_validate_a_fix_that_works_and_one_that_does_not(tmp_path: Path) -> None
     assert "loss" in d["fixes"][0]["validated"]["effect"]
     assert script.read_text() == textwrap.dedent(UNCAPPED_WARMUP)
 
+TRAINER_SCHEDULER_PER_MICRO_BATCH = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+torch.manual_seed(0)
+X = torch.randn(1024, 16)
+Y = (X[:, :4].sum(1) > 0).long() + 2 * (X[:, 4:8].sum(1) > 0).long()
+
+
+class Trainer:
+    def __init__(self, model, optimizer, scheduler, accum=4):
+        self.model, self.optimizer, self.scheduler, self.accum = model, optimizer, scheduler, accum
+
+    def train_step(self, xb, yb):
+        mb = xb.shape[0] // self.accum
+        total = 0.0
+        for k in range(self.accum):
+            loss = F.cross_entropy(self.model(xb[k * mb:(k + 1) * mb]), yb[k * mb:(k + 1) * mb]) / self.accum
+            loss.backward()
+            self.scheduler.step()
+            total += loss.item()
+        self.optimizer.step()
+        self.optimizer.zero_grad()
+        return total
+
+    def fit(self, steps):
+        for step in range(steps):
+            i = (step * 64) % 1024
+            loss = self.train_step(X[i:i + 64], Y[i:i + 64])
+        print("final", loss)
+
+
+model = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 4))
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+scheduler = torch.optim.lr_scheduler.ExponentialLR(optimizer, gamma=0.98)
+Trainer(model, optimizer, scheduler).fit(200)
+"""
+
+OPTIMIZER_OVER_TEACHER = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+torch.manual_seed(0)
+X = torch.randn(1024, 16)
+Y = (X[:, :4].sum(1) > 0).long() + 2 * (X[:, 4:8].sum(1) > 0).long()
+
+
+def make_net(width):
+    return nn.Sequential(nn.Linear(16, width), nn.ReLU(), nn.Linear(width, 4))
+
+
+teacher = make_net(128)
+opt = torch.optim.Adam(teacher.parameters(), lr=1e-2)
+for step in range(100):
+    i = (step * 64) % 1024
+    opt.zero_grad()
+    F.cross_entropy(teacher(X[i:i + 64]), Y[i:i + 64]).backward()
+    opt.step()
+teacher.requires_grad_(False)
+
+student = make_net(32)
+optimizer = torch.optim.SGD(teacher.parameters(), lr=0.05, momentum=0.9)
+for step in range(150):
+    i = (step * 64) % 1024
+    xb, yb = X[i:i + 64], Y[i:i + 64]
+    with torch.no_grad():
+        soft = F.softmax(teacher(xb) / 2.0, dim=1)
+    out = student(xb)
+    loss = F.kl_div(F.log_softmax(out / 2.0, dim=1), soft, reduction="batchmean") + F.cross_entropy(out, yb)
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+print("final", float(loss))
+"""
+
+SCHEDULE_OF_ONE_EPOCH = """
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+torch.manual_seed(0)
+X = torch.randn(1024, 16)
+Y = (X[:, :4].sum(1) > 0).long() + 2 * (X[:, 4:8].sum(1) > 0).long()
+EPOCHS, BATCH = 6, 32
+steps_per_epoch = len(X) // BATCH
+total_steps = steps_per_epoch
+model = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 4))
+opt = torch.optim.SGD(model.parameters(), lr=0.02, momentum=0.9)
+sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: max(0.01, 0.5 * (1 + math.cos(math.pi * min(1.0, s / total_steps)))))
+for epoch in range(EPOCHS):
+    for i in range(steps_per_epoch):
+        xb, yb = X[i * BATCH:(i + 1) * BATCH], Y[i * BATCH:(i + 1) * BATCH]
+        loss = F.cross_entropy(model(xb), yb)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        sched.step()
+print("final", loss.item())
+"""
+
+
+@pytest.mark.parametrize("name,source,fix_id", [
+    # a Trainer class with accumulation: the loop over micro-batches is not the training loop, and its
+    # self.scheduler.step() there runs the schedule four times too fast
+    ("trainer", TRAINER_SCHEDULER_PER_MICRO_BATCH, "step-scheduler-per-optimizer-step"),
+    # a student's optimizer built over its frozen teacher: the no_grad around the teacher is not the fault
+    ("distill", OPTIMIZER_OVER_TEACHER, "optimizer-over-trained-model"),
+    # a cosine whose horizon is one epoch's steps, read by a LambdaLR's function
+    ("horizon", SCHEDULE_OF_ONE_EPOCH, "stretch-schedule"),
+])
+def test_the_first_fix_answers_the_mechanism_and_a_rerun_validates_it(tmp_path: Path, name: str, source: str, fix_id: str) -> None:
+    script, store = trace(tmp_path, name, source)
+    fixes = fixes_of(script, store)
+    assert fixes and fixes[0]["id"] == fix_id, [f["id"] for f in fixes]
+    proc = run_gradsight("validate", str(store), "--fix", fix_id, "--json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    got = json.loads(proc.stdout)["fixes"][0]
+    assert got["verdict"] == "validated" and got["loss"] < got["loss_before"], got
+
 
 def test_validate_says_what_is_wrong(tmp_path: Path, healthy: tuple[Path, Path]) -> None:
     _, store = healthy

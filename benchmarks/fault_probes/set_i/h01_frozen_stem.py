@@ -10,7 +10,7 @@ torch.manual_seed(0)
 np.random.seed(0)
 
 NUM_CLASSES = 10
-EPOCHS = 25
+EPOCHS = 20
 
 
 def make_data(n=512):
@@ -83,7 +83,7 @@ criterion = nn.CrossEntropyLoss(reduction="none")
 for p in list(model.conv1.parameters()) + list(model.bn1.parameters()):
     p.requires_grad = False
 optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.1, momentum=0.9, weight_decay=5e-4)
-scheduler = torch.optim.lr_scheduler.MultiStepLR(optimizer, milestones=[15, 21], gamma=0.1)
+scheduler = torch.optim.lr_scheduler.MultiStepLR(optimizer, milestones=[12, 17], gamma=0.1)
 
 losses = []
 for epoch in range(EPOCHS):

@@ -10,7 +10,7 @@ torch.manual_seed(0)
 np.random.seed(0)
 
 NUM_CLASSES = 10
-EPOCHS = 25
+EPOCHS = 20
 
 
 def make_data(n=512):
@@ -81,7 +81,7 @@ loader = DataLoader(TensorDataset(x, y), batch_size=64, shuffle=True, drop_last=
 model = ResNet()
 criterion = nn.CrossEntropyLoss(reduction="none")
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=5e-4)
-scheduler = torch.optim.lr_scheduler.MultiStepLR(optimizer, milestones=[15, 21], gamma=0.1)
+scheduler = torch.optim.lr_scheduler.MultiStepLR(optimizer, milestones=[12, 17], gamma=0.1)
 
 losses = []
 for epoch in range(EPOCHS):

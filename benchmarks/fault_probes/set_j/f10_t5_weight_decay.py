@@ -42,7 +42,7 @@ config = T5Config(
     decoder_start_token_id=PAD,
 )
 model = T5ForConditionalGeneration(config)
-optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=1.0)
+optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=1e2)
 
 gen = torch.Generator().manual_seed(1)
 losses = []

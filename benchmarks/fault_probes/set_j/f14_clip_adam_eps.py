@@ -86,7 +86,7 @@ no_decay = [p for n, p in model.named_parameters() if p.ndim < 2 or "embedding" 
 optimizer = torch.optim.AdamW(
     [{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
     lr=1e-3,
-    eps=1e-1,
+    eps=1.0,
 )
 
 gen = torch.Generator().manual_seed(1)

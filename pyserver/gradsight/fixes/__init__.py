@@ -137,7 +137,7 @@ def suggest(cause: RootCause | None, findings: list[Finding], data: RunData, scr
         except OSError:
             return []
     s = Script(source, os.path.abspath(script), tuple((data.phase or {}).get("models") or ()),
-               tuple(str(o.get("type")) for o in data.optimizers if o.get("type")))
+               (str(data.run.get("optimizer")),) if data.run.get("optimizer") else ())
     out: list[dict[str, Any]] = []
     seen: set[str] = set()
     for order, target in enumerate(_targets(cause, findings)):

@@ -96,7 +96,7 @@ class Script:
         self.source = source
         self.path = path
         self.focus = focus  # the model variables of the training phase diagnosed (a student after its teacher)
-        self.optimizer_types = optimizer_types  # the optimizer classes the run recorded (its last phase's)
+        self.optimizer_types = optimizer_types  # the class of the optimizer the run recorded as the one that trains
         self.lines = source.splitlines()
         try:
             self.tree: ast.Module = ast.parse(source)
