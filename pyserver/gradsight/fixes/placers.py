@@ -211,8 +211,9 @@ def clamp_lr_after_scheduler(c: Context, p: Patch) -> str:
 
 @placer
 def lr_floor_after_scheduler(c: Context, p: Patch) -> str:
-    _bound_lr_after_scheduler(c, p, "max", "keep the rate at 10% of its initial value or more", share="0.1 * ")
-    return "the schedule cannot take the rate below a tenth of its initial value"
+    # (a third: a floor of a tenth still leaves the rate where a schedule that ended early left the run stuck)
+    _bound_lr_after_scheduler(c, p, "max", "keep the rate at a third of its initial value or more", share="0.3 * ")
+    return "the schedule cannot take the rate below a third of its initial value"
 
 
 @placer
