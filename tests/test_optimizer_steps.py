@@ -164,3 +164,32 @@ def test_grad_scaler_records_unscaled_losses_and_skipped_steps(tmp_path: Path) -
         assert steps["skipped"].tolist() == [0] * 5 + [1] + [0] * 6
         assert [(e.step, e.kind) for e in run.events("skipped")] == [(5, "skipped")]
         assert not run.events("trigger")  # a skip the scaler handled is not a NaN anomaly
+
+
+def test_an_optimizer_that_never_steps_is_the_diagnosis(tmp_path: Path) -> None:
+    """Accumulation over more micro-batches than an epoch holds: backward() runs, step() is never reached. No step
+    is recorded, and that is the finding: the optimizer never updated anything (not "nothing to diagnose")."""
+    run, _, _ = _trace(tmp_path, """\
+        import torch
+        from torch import nn
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(4, 16), nn.ReLU(), nn.Linear(16, 1))
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        X = torch.randn(64, 4); Y = X.sum(1, keepdim=True)
+        ACCUM = 16
+        for epoch in range(5):
+            for i in range(8):
+                loss = nn.functional.mse_loss(model(X[i * 8:(i + 1) * 8]), Y[i * 8:(i + 1) * 8]) / ACCUM
+                loss.backward()
+                if (i + 1) % ACCUM == 0:
+                    opt.step()
+                    opt.zero_grad()
+        """)
+    with run:
+        assert not len(run.steps()["step"])
+    proc = run_gradsight("diagnose", str(tmp_path / "run.db"), "--json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    d = json.loads(proc.stdout)
+    assert (d["root_cause"]["module"], d["root_cause"]["kind"]) == ("optimizer", "not_updated")
+    assert "backward() ran 40 times" in d["evidence"] and "never stepped" in d["evidence"]
+    assert not d["fixes"] or all(f["id"] != "register-missing-params" for f in d["fixes"])

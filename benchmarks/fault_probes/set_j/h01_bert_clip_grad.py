@@ -71,7 +71,7 @@ for epoch in range(EPOCHS):
         loss = loss_fn(logits.permute(0, 2, 1), labels[idx])
         optimizer.zero_grad()
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=1.0)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=0.25)
         optimizer.step()
         scheduler.step()
         losses.append(loss.item())

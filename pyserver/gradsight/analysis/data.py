@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from ..store import DamagedStore, Event, ModuleInfo, Observation, RunStore, StoreError
+from ..store import NEVER_STEPPED, DamagedStore, Event, ModuleInfo, Observation, RunStore, StoreError
 
 # modules whose outputs are activations of a layer before them (no parameters of their own)
 ACTIVATIONS = {"ReLU", "ReLU6", "LeakyReLU", "ELU", "GELU", "SiLU", "Tanh", "Sigmoid", "Softmax", "LogSoftmax",
@@ -99,7 +99,8 @@ def _load(path: str) -> RunData:
         modules = store.modules()
         steps = store.steps()
         steps.setdefault("loss_finite", np.where(np.isfinite(steps["loss"]), 1.0, np.nan))
-        if not len(steps["step"]):
+        never = any(e.name == NEVER_STEPPED for e in store.events())  # no step is what there is to diagnose
+        if not len(steps["step"]) and not never:
             status = run.get("status")
             why = "it is still being written and has no step yet" if status == "running" else "it recorded no training step"
             raise StoreError(f"{path}: nothing to diagnose: {why}")

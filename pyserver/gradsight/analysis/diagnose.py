@@ -20,6 +20,7 @@ import numpy as np
 from .. import kinds
 from .. import thresholds as th
 from . import attention, lossfit, optimizer, reach, squashing
+from ..store import NEVER_STEPPED
 from .data import RunData, load
 from .findings import OUTSIDE, Detector, Finding, merge
 from .losscurve import analyse
@@ -40,6 +41,10 @@ def health_of(issues: list[Finding]) -> int:
 
 def analyse_run(data: RunData, t: th.Thresholds) -> tuple[list[Finding], RootCause | None]:
     """Every finding of the run (each detector reads the records for one way training fails), and the root cause."""
+    if not data.n_steps:  # (load() lets a run with no step through only when its optimizer never stepped)
+        never = next(e for e in data.events if e.name == NEVER_STEPPED)
+        f = Finding(kinds.OPTIMIZER, kinds.NOT_UPDATED, "error", never.message, 1.0, None)
+        return [f], RootCause(f.module, f.kind, 1.0, [f.module], f.evidence, None)
     curve, loss_findings = analyse(data, t)
     findings = Detector(data, t, curve).run() + loss_findings
     trouble = curve.spike_step is not None or curve.diverging or any(f.kind == kinds.NAN_INF for f in findings)
@@ -145,7 +150,7 @@ def assemble(data: RunData, findings: list[Finding], cause: RootCause | None) ->
            "model": data.run.get("model"), "optimizer": data.run.get("optimizer"), "phase": data.phase,
            # what the runtime warned of (its own cost, a watch it could not parse, ...), unless a finding says it
            "warnings": [{"step": e.step, "name": e.name, "message": e.message} for e in data.events
-                        if e.kind == "warning" and e.name not in reported]}
+                        if e.kind == "warning" and e.name not in reported and e.name != NEVER_STEPPED]}
     return Diagnosis(_anomaly(data, cause), int(round(float(np.clip(model, 0, 100)))), tuple(layers), cause, tuple(outside),
                      checked(data, findings), run)
 

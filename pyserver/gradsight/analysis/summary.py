@@ -13,7 +13,8 @@ def anomaly_detail(a: dict[str, Any]) -> str:
 def headline(d: dict[str, Any]) -> list[str]:
     """Health, anomaly and root cause: the lines every view of a diagnosis starts with."""
     run = d.get("run", {})
-    lines = [f"gradsight diagnosis of {run.get('path')} ({run.get('steps')} steps, {run.get('model')}, {run.get('optimizer')})"]
+    what = ", ".join(str(v) for v in (run.get("model"), run.get("optimizer")) if v)
+    lines = [f"gradsight diagnosis of {run.get('path')} ({run.get('steps')} steps{', ' + what if what else ''})"]
     phase = run.get("phase")
     if phase:
         lines.append(f"note: the script trained {phase['phases']} models one after another; this is the last phase "

@@ -392,8 +392,9 @@ def no_grad_in_forward(c: Context) -> bool:
 
 @premise
 def params_not_in_optimizer(c: Context) -> bool:
-    """Trainable parameters the optimizer does not hold."""
-    return bool(c.params(trainable=1, in_optimizer=0))
+    """Trainable parameters the optimizer does not hold (of an optimizer that stepped: one that never did recorded
+    no parameter as held)."""
+    return c.data.n_steps > 0 and bool(c.params(trainable=1, in_optimizer=0))
 
 
 @premise

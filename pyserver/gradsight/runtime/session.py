@@ -29,7 +29,7 @@ from torch import nn
 
 from .. import __version__
 from ..conditions import Condition
-from ..store import EVENT_ORIGIN, EVENT_SKIPPED, EVENT_TRIGGER, EVENT_WARNING, StepRow, StoreWriter, prepare_output
+from ..store import NEVER_STEPPED, EVENT_ORIGIN, EVENT_SKIPPED, EVENT_TRIGGER, EVENT_WARNING, StepRow, StoreWriter, prepare_output
 from ..store.paths import prepare_rank_output
 from ..thresholds import Thresholds
 from . import collect as col
@@ -179,6 +179,7 @@ class Session:
         self._inputs_written: list[tuple[int, int, int]] = []  # (step, ...) of inputs kept beside activations
         self._baseline = False  # the activations of one ordinary measured step were kept (to compare an anomaly with)
         self._auto_steps = False  # no optimizer at all: each backward ends a step
+        self._backwards_seen = 0  # backward() calls over the whole run
         self._explicit_steps = False  # the user ends steps with mark_step()
         self._transfer = gs.Transfer()
         self._upd_ids: list[int] | None = None
@@ -277,6 +278,11 @@ class Session:
             return
         self._finish_pending()
         self._guard("step", lambda: self._write_updates(self._transfer.fetch()))  # the last sampled step's
+        if self.step == 0 and self._backwards_seen and self._optimizer_seen:
+            # backward() ran, an optimizer exists, and it never stepped (an accumulation condition never met, a
+            # step() that is never reached): no step was recorded, and that is the finding
+            self.writer.put_event(None, EVENT_WARNING, NEVER_STEPPED, value=float(self._backwards_seen), message=(
+                f"backward() ran {self._backwards_seen} times, but the optimizer never stepped: no parameter was ever updated"))
         self.own.close()
         self.closed = True
         self._hooks.remove()
@@ -386,6 +392,7 @@ class Session:
                 else:
                     self._prebw = torch.stack([n.float() for n in gs.foreach_norm(existing)]).sum()
             self._n_backward += 1
+            self._backwards_seen += 1
             if w is not None and self._nan_origin is None and isinstance(tensors, torch.Tensor) and tensors.numel() == 1:
                 self._find_nan_origin(tensors, w)
         except Exception as exc:

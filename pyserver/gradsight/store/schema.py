@@ -93,6 +93,7 @@ VALIDATIONS = """CREATE TABLE IF NOT EXISTS validations (
 EVENT_TRIGGER = "trigger"
 EVENT_BREAKPOINT = "breakpoint"
 EVENT_WARNING = "warning"
+NEVER_STEPPED = "never_stepped"  # a warning event's name: backward() ran and the optimizer never stepped
 EVENT_SKIPPED = "skipped"  # a step the optimizer did not take (GradScaler), recorded as its own step
 EVENT_ORIGIN = "origin"  # where the runtime traced non-finite values to (a module whose backward made them)
 
