@@ -19,8 +19,8 @@ import numpy as np
 
 from .. import kinds
 from .. import thresholds as th
-from . import attention, lossfit, optimizer, reach, squashing
 from ..store import NEVER_STEPPED
+from . import attention, lossfit, optimizer, reach, squashing
 from .data import RunData, load
 from .findings import OUTSIDE, Detector, Finding, merge
 from .losscurve import analyse

@@ -29,7 +29,7 @@ from torch import nn
 
 from .. import __version__
 from ..conditions import Condition
-from ..store import NEVER_STEPPED, EVENT_ORIGIN, EVENT_SKIPPED, EVENT_TRIGGER, EVENT_WARNING, StepRow, StoreWriter, prepare_output
+from ..store import EVENT_ORIGIN, EVENT_SKIPPED, EVENT_TRIGGER, EVENT_WARNING, NEVER_STEPPED, StepRow, StoreWriter, prepare_output
 from ..store.paths import prepare_rank_output
 from ..thresholds import Thresholds
 from . import collect as col
