@@ -61,7 +61,7 @@ def detect(d: RunData, t: Thresholds, curve: LossCurve, trouble: bool) -> list[F
     first: dict[str, int] = {}
     for o in d.observed("loss"):
         name = str(o.data.get("loss"))
-        by_loss.setdefault(name, []).append(o.data)
+        by_loss.setdefault(name, []).append({**o.data, "step": o.step})
         first.setdefault(name, o.step)
     head = _output_layer(d)
     for name, calls in by_loss.items():
@@ -125,7 +125,7 @@ def detect(d: RunData, t: Thresholds, curve: LossCurve, trouble: bool) -> list[F
             out.append(Finding(head, kinds.DEAD_UNITS, "error",
                                f"{frac:.0%} of the model's outputs given to {name} are exactly 0 and none is negative: the output goes "
                                "through a ReLU, whose zeros pass no gradient back", min(1.0, 0.5 + frac / 2), st))
-        summed = [c for c in calls if c.get("reduction") == "sum"]
+        summed = [c for c in calls if c.get("reduction") == "sum" or _summed_by_hand(d, c)]
         is_summed = bool(summed) and len(summed) >= 0.8 * len(calls)
         batch = int(summed[0]["input_shape"][0]) if is_summed and summed[0]["input_shape"] else 1
         # an adaptive optimizer divides the gradient's scale away: a sum matters to SGD-like steps (or when it blows up)
@@ -136,7 +136,8 @@ def detect(d: RunData, t: Thresholds, curve: LossCurve, trouble: bool) -> list[F
         if name in MEAN_LOSSES and scale_matters and is_summed and batch >= 16:
             rows = f"{batch} rows" if terms == batch else f"{batch} rows x {terms // max(1, batch)} positions"
             out.append(Finding(kinds.LOSS, kinds.LOSS_SCALE_TOO_HIGH, "error",
-                               f"{name} sums over the batch (reduction='sum', {rows}) instead of averaging: every gradient, "
+                               f"{name} sums over the batch ({'reduction=' + repr('sum') if summed[0].get('reduction') == 'sum' else 'its per-row terms summed by the script'}, "
+                               f"{rows}) instead of averaging: every gradient, "
                                f"and so every step, is {terms}x what the learning rate was chosen for", 0.9, first[name]))
         if name == "cross_entropy" and head is not None:
             classes = [c["input_shape"][1] for c in calls if len(c["input_shape"]) >= 2 and c["input_shape"][1] > 1]
@@ -188,6 +189,16 @@ def _unmoved(d: RunData, step: int) -> bool:
         return False
     a, b = abs(float(d.steps["loss"][0])), abs(rec)
     return b <= 2.0 * a + 1e-12 and a <= 2.0 * b + 1e-12
+
+
+def _summed_by_hand(d: RunData, call: dict[str, Any]) -> bool:
+    """Per-element terms (reduction='none') that the script sums: the step's loss is about their number times
+    their mean (a mean of them would be about their mean)."""
+    mean, terms = call.get("value_mean"), call.get("terms")
+    if call.get("reduction") != "none" or not isinstance(mean, (int, float)) or not isinstance(terms, int) or terms < 16 or mean <= 0:
+        return False
+    rec = _step_loss(d, int(call["step"]))
+    return rec is not None and math.isfinite(rec) and 0.5 * terms <= rec / mean <= 2.0 * terms
 
 
 def _struggles(curve: LossCurve, below: float) -> bool:

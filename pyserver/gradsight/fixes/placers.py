@@ -678,7 +678,12 @@ def mean_reduction(c: Context, p: Patch) -> str:
     if not nodes:
         raise NoPlace("no reduction='sum' in the script")
     for n in nodes:
-        p.replace_node(n, '"mean"')
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute):  # (...).sum() of per-element terms
+            inner = p.s.segment(n.func.value)
+            simple = isinstance(n.func.value, (ast.Name, ast.Call, ast.Attribute, ast.Subscript))
+            p.replace_node(n, f"{inner}.mean()" if simple else f"({inner}).mean()")
+        else:
+            p.replace_node(n, '"mean"')
     return "the loss is averaged over the batch: the step size no longer grows with the batch"
 
 

@@ -619,13 +619,31 @@ class Script:
         return c.func.attr == "to" and any(short(a) in LOW_PRECISION for a in list(c.args) + [k.value for k in c.keywords if k.arg == "dtype"])
 
     def sum_reductions(self) -> list[ast.AST]:
+        """``reduction="sum"`` given to a loss, and ``(...).sum()`` in the training step over an expression made of
+        per-element loss calls (``criterion(out, y)`` of a ``reduction="none"`` criterion): the sums a mean replaces."""
         out: list[ast.AST] = []
         for c in self.calls:
             if short(c.func) in LOSSES:
                 k = kwarg(c, "reduction")
                 if k is not None and isinstance(k.value, ast.Constant) and k.value.value == "sum":
                     out.append(k.value)
+            elif (isinstance(c.func, ast.Attribute) and c.func.attr == "sum" and not c.args and not c.keywords
+                  and self.in_training(c) and any(self._per_element_loss(k) for k in ast.walk(c.func.value) if isinstance(k, ast.Call))):
+                out.append(c)
         return out
+
+    def _per_element_loss(self, call: ast.Call) -> bool:
+        """A loss call whose terms are not reduced: ``F.mse_loss(..., reduction="none")``, or a criterion built so."""
+        def unreduced(k: ast.Call) -> bool:
+            r = kwarg(k, "reduction")
+            return r is not None and isinstance(r.value, ast.Constant) and r.value.value == "none"
+
+        if short(call.func) in LOSSES:
+            return unreduced(call)
+        if isinstance(call.func, ast.Name):
+            made = [st.value for st in self.assignments_to(call.func.id) if isinstance(st, ast.Assign) and isinstance(st.value, ast.Call)]
+            return len(made) == 1 and short(made[0].func) in LOSSES and unreduced(made[0])
+        return False
 
     def unguarded_logs(self) -> list[ast.Call]:
         out = []

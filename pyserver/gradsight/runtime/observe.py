@@ -130,6 +130,10 @@ class Observer:
                         stats = loss_stats(name, input, target, kwargs)
                         if isinstance(result, torch.Tensor) and result.numel() == 1:
                             stats["value"] = float(result.detach())  # (the loss function's own value, beside any penalty added)
+                        elif isinstance(result, torch.Tensor) and result.numel() > 1 and result.is_floating_point():
+                            # per-element terms (reduction='none'): their mean, and how many, tell a sum from a mean
+                            stats["value_mean"] = float(result.detach().float().mean())
+                            stats["terms"] = int(result.numel())
                         obs.rows.append(("loss", module, stats))
 
                     obs._guarded(note)
