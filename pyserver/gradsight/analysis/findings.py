@@ -625,19 +625,26 @@ class Detector:
                      _strength(max(med_std / 20, med_mag / 200)), int(steps[np.flatnonzero(fin)[0]]))
 
     def _scaled_within(self, input_mag: float) -> bool:
-        """The model brings its input to scale before its first layer (a standardisation in its forward, a norm
-        layer first): that layer's outputs are a small fraction of the input's magnitude, and small."""
+        """The model brings its input to scale before its layers see it (a standardisation in its forward, a norm
+        layer first): the first affine or norm layer's outputs are small and a small fraction of the input's magnitude,
+        and no later layer's come near that magnitude.
+        (Every layer, not the first one run: a diffusion model's first layer embeds the timestep, not the input.)"""
         _, mn = self.sampled("act_min")
         _, mx = self.sampled("act_max")
+        seen = False
         for i in self.layers_fwd:
             if not mx.size or not np.isfinite(mx[:, i]).any():
                 continue
             if not self.types[i].startswith(("Linear", "Conv", "LazyLinear", "LazyConv")) and self.types[i] not in NORMS:
-                return False  # (a recurrent layer's outputs are bounded whatever its input's scale: it tells nothing)
-            mag = np.maximum(np.abs(mn[:, i]), np.abs(mx[:, i])).astype(np.float64)
-            first = float(np.nanmedian(mag))
-            return first < 20 and first < input_mag / 20
-        return False
+                if not seen:
+                    return False  # (a recurrent layer first: its outputs are bounded whatever its input's scale)
+                continue
+            mag = float(np.nanmedian(np.maximum(np.abs(mn[:, i]), np.abs(mx[:, i])).astype(np.float64)))
+            # the first: small, and far below the input; the later ones (which grow with depth): still far below it
+            if not (mag < 20 and mag < input_mag / 20 if not seen else mag < input_mag / 10):
+                return False
+            seen = True
+        return seen
 
     def softmax_loss(self) -> None:
         """Probabilities fed to a loss that applies (log-)softmax itself."""
