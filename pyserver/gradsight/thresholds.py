@@ -51,7 +51,7 @@ class Thresholds:
     lr_over_base_high: float = 5.0  # ... or to this many times the rate the optimizer was given, still rising at the end
     lr_decay_low: float = 1e-2  # ... or fell below this fraction of its peak early in the run (a scheduler stepped too often)
     lr_decay_dead: float = 1e-3  # ... and ends below this fraction: the rest of the run hardly moves the weights
-    lr_base_low: float = 0.05  # the rate never reached this fraction of its base (initial_lr: a warmup longer than the run)
+    lr_base_low: float = 0.2  # the rate never reached this fraction of its base (initial_lr: a warmup longer than the run)
     # the optimizer's other settings
     loss_near_chance: float = 0.85  # a classifier's cross-entropy late in the run above this share of ln(C) learned next to nothing
     label_smoothing_high: float = 0.5  # label smoothing that takes this share from the true class leaves targets nearly uniform
