@@ -6,7 +6,7 @@ import torch.nn as nn
 
 torch.manual_seed(0)
 
-N_POINTS = 128
+N_POINTS = 96
 SHAPES = ["sphere", "cube", "disc", "segment", "ring"]
 N_LABELS = len(SHAPES)
 PRESENCE = torch.tensor([0.5, 0.35, 0.3, 0.2, 0.15])
@@ -57,7 +57,7 @@ def make_cloud(g):
 
 
 g = torch.Generator().manual_seed(1)
-clouds, labels = zip(*[make_cloud(g) for _ in range(1024)])
+clouds, labels = zip(*[make_cloud(g) for _ in range(768)])
 X = torch.stack(clouds)          # (N, P, 3)
 Y = torch.stack(labels)          # (N, L)
 
@@ -97,7 +97,7 @@ optimizer = torch.optim.Adam(model.parameters(), lr=1e-3, weight_decay=5e-1)
 scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=3, gamma=0.5)
 criterion = nn.BCEWithLogitsLoss(pos_weight=pos_weight)
 
-epochs, batch_size = 8, 32
+epochs, batch_size = 10, 32
 losses = []
 model.train()
 for epoch in range(epochs):

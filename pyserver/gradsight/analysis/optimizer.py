@@ -120,7 +120,8 @@ def learning_rate(d: RunData, t: Thresholds, curve: LossCurve) -> list[Finding]:
     early = _decayed_early(d, v, s, t, curve)
     if early is not None and not any(f.kind == kinds.LEARNING_RATE_TOO_LOW for f in out):
         out.append(early)
-    if base is not None and peak < t.lr_base_low * base and _poor(curve, t):
+    # (a rate the run never brought near the one chosen for it: wrong unless the loss got where it should anyway)
+    if base is not None and peak < t.lr_base_low * base and (_poor(curve, t) or not progress(curve) >= 0.9):
         out.append(Finding(kinds.OPTIMIZER, kinds.LEARNING_RATE_TOO_LOW, "error",
                            f"the learning rate never came near its base {_fmt(base)}: at most {_fmt(peak)} ({peak / base:.2g} of it) in "
                            f"{n} steps (a warmup longer than the run?), and the loss hardly falls", 0.9, int(s[0])))

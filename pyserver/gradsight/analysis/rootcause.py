@@ -242,12 +242,18 @@ def _stagnation(data: RunData, findings: list[Finding], curve: LossCurve, t: Thr
                            f"{frozen_numel / total:.0%} of the parameters are frozen and the loss does not decrease", 0.8, None))
     steps, ur = data.metric("update_ratio")
     layers = data.own_layers()
-    if ur.size and layers and curve.not_decreasing:
+    if ur.size and layers and (curve.not_decreasing or curve.near_chance):
         vals = ur[:, layers].astype(np.float64)
         vals = vals[np.isfinite(vals)]
         if len(vals) and np.median(vals) < t.update_ratio_low:
             out.append(Finding("optimizer", "learning_rate_too_low", "error",
-                               f"median update ratio {np.median(vals):.3g} < {t.update_ratio_low:g} and the loss does not decrease", 0.8))
+                               f"median update ratio {np.median(vals):.3g} < {t.update_ratio_low:g} and the loss "
+                               f"{'does not decrease' if curve.not_decreasing else 'ends near chance'}", 0.8))
+        elif len(vals) and np.median(vals) < 10 * t.update_ratio_low and curve.near_chance and not curve.not_decreasing:
+            # a classifier that ends near chance with steps a tenth of a healthy size: the steps, not the labels
+            out.append(Finding("optimizer", "learning_rate_too_low", "error",
+                               f"{curve.near_chance}, with a median update ratio of {np.median(vals):.3g} (healthy steps are near "
+                               f"{10 * t.update_ratio_low:g}): the steps are too small to learn", 0.65))
         elif len(vals) and np.median(vals) < 10 * t.update_ratio_low and _steady_fall(data):
             # the loss keeps falling to the end, but barely, with steps a tenth of a healthy size: each step helps and is
             # too small (labels with no signal are memorised by steps of healthy size; a net that cannot learn stays flat)
