@@ -34,6 +34,11 @@ CASES = {
     "set_h/f02_schedule_horizon_one_epoch": "a cosine schedule whose horizon is one epoch of the run",
     "set_h/f10_clip_norm_too_small": "clipping that cuts every SGD step 10x",
     "set_h/f14_labels_not_shuffled": "nodes reordered but not their labels: the loss stays near ln(C)",
+    "set_i/f02_accum_never_steps": "accumulation over more micro-batches than an epoch holds: the optimizer never steps",
+    "set_i/f06_loss_summed": "per-row cross-entropy terms summed by the script, under SGD",
+    "set_i/f11_raw_coordinates": "a diffusion model given raw coordinates: its first layer embeds the timestep, not the input",
+    "set_j/f02_bert_mask_inverted": "a Hugging Face BERT given an inverted attention_mask (it keeps the padding)",
+    "set_j/f08_t5_lr_low": "a from-scratch T5 at a fine-tuning rate: near chance with steps a tenth of a healthy size",
 }
 
 

@@ -28,8 +28,30 @@ def _mean(values: object) -> float:
     return float(np.mean(values)) if isinstance(values, list) and values else math.nan
 
 
+def masks(d: RunData) -> list[Finding]:
+    """The model's attention_mask, as its calls gave it: one that hides every token of some sequences, or one that
+    keeps a single repeated id (the padding) and hides the varied tokens (the text): inverted."""
+    rows = [(o.step, o.data) for o in d.observed("mask")]
+    if not rows:
+        return []
+    step = rows[0][0]
+    empty = float(np.median([float(r.get("empty_rows") or 0.0) for _, r in rows]))
+    kept = [float(v) for _, r in rows if isinstance(v := r.get("kept_mode_share"), (int, float))]
+    hidden = [float(v) for _, r in rows if isinstance(v := r.get("hidden_mode_share"), (int, float))]
+    inverted = bool(kept and hidden and np.median(kept) >= 0.9 and np.median(hidden) < 0.5)
+    if empty < 0.05 and not inverted:
+        return []
+    what = (f"it hides every token of {empty:.0%} of the sequences" if empty >= 0.05 else "")
+    if inverted:
+        what += ("; " if what else "") + (f"the tokens it keeps are {np.median(kept):.0%} one repeated id (the padding) and the ones "
+                                          "it hides vary (the text)")
+    return [Finding("input", kinds.ATTENTION_COLLAPSE, "error",
+                    f"the model's attention_mask looks inverted: {what} (1 should mark the tokens to attend to, 0 the padding)",
+                    0.9, step)]
+
+
 def detect(d: RunData, t: Thresholds, curve: LossCurve) -> list[Finding]:
-    out: list[Finding] = []
+    out: list[Finding] = masks(d)
     by_module: dict[str, list[tuple[int, dict[str, object]]]] = {}
     for o in d.observed("attention"):
         if o.module is not None and o.data.get("entropy"):

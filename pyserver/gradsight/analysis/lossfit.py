@@ -135,9 +135,9 @@ def detect(d: RunData, t: Thresholds, curve: LossCurve, trouble: bool) -> list[F
         terms = max(batch, math.prod(summed[0]["target_shape"])) if is_summed and summed[0].get("target_shape") else batch
         if name in MEAN_LOSSES and scale_matters and is_summed and batch >= 16:
             rows = f"{batch} rows" if terms == batch else f"{batch} rows x {terms // max(1, batch)} positions"
+            how = "reduction='sum'" if summed[0].get("reduction") == "sum" else "its per-row terms summed by the script"
             out.append(Finding(kinds.LOSS, kinds.LOSS_SCALE_TOO_HIGH, "error",
-                               f"{name} sums over the batch ({'reduction=' + repr('sum') if summed[0].get('reduction') == 'sum' else 'its per-row terms summed by the script'}, "
-                               f"{rows}) instead of averaging: every gradient, "
+                               f"{name} sums over the batch ({how}, {rows}) instead of averaging: every gradient, "
                                f"and so every step, is {terms}x what the learning rate was chosen for", 0.9, first[name]))
         if name == "cross_entropy" and head is not None:
             classes = [c["input_shape"][1] for c in calls if len(c["input_shape"]) >= 2 and c["input_shape"][1] > 1]

@@ -250,6 +250,23 @@ def attention_probs(query: torch.Tensor, key: torch.Tensor, mask: Any, is_causal
     return _SOFTMAX(scores, dim=-1).nan_to_num(0.0)
 
 
+def mask_stats(mask: torch.Tensor, ids: torch.Tensor | None) -> dict[str, Any] | None:
+    """What a model's ``attention_mask`` (1: attend, 0: hide; [B, T]) keeps: the share of sequences it hides entirely,
+    and, given the token ids, how much the kept and the hidden tokens are one repeated id (padding is one id: a mask
+    that keeps the padding and hides the text is inverted)."""
+    if mask.dim() != 2 or mask.numel() == 0 or mask.is_floating_point() and not bool(((mask == 0) | (mask == 1)).all()):
+        return None
+    keep = mask.detach() != 0
+    out: dict[str, Any] = {"arg": "attention_mask", "rows": int(keep.shape[0]), "empty_rows": float((~keep.any(-1)).float().mean()),
+                           "kept": float(keep.float().mean())}
+    if ids is not None and ids.shape == mask.shape and not ids.is_floating_point():
+        for name, part in (("kept_mode_share", ids[keep]), ("hidden_mode_share", ids[~keep])):
+            if part.numel() >= 8:
+                _, counts = torch.unique(part, return_counts=True)
+                out[name] = float(counts.max()) / part.numel()
+    return out
+
+
 def loss_stats(name: str, input: torch.Tensor, target: torch.Tensor, kwargs: dict[str, Any]) -> dict[str, Any]:
     """What a loss function was given: shapes, the range of its input and targets, and what they look like."""
     x = input.detach()

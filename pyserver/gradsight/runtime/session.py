@@ -45,7 +45,7 @@ from .distributed import Distributed
 from .hooks import ForwardWatch, GlobalHooks, unwrap
 from .layout import first_tensor, local
 from .losses import StepLoss
-from .observe import Observer
+from .observe import Observer, mask_stats
 from .pause import user_frame
 from .triggers import BUILTIN, Fired, History
 from .values import global_norms, loss_of, nonfinite_counts, step_values
@@ -158,6 +158,7 @@ class Session:
         self._prebw: torch.Tensor | None = None  # norm of the gradients found before the step's first backward
         self._input_stats: torch.Tensor | None = None
         self._input_arg: int | str | None = None  # the model argument the input statistics are of
+        self._mask_step = -1  # the measured step whose attention_mask was looked at
         self._stepping: tuple[torch.optim.Optimizer, Watched | None, bool] | None = None  # (optimizer, its model, is it the primary)
         self._step_open = False  # the stepping model's values are collected (its step has begun)
         self._closure_step = False  # the stepping model is read when its closure returns
@@ -453,6 +454,16 @@ class Session:
 
     def _on_root_call(self, w: Watched, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         w.inputs.add(self.step, args, kwargs)
+        mask = kwargs.get("attention_mask")
+        if w is self.watched and w.recorder.armed and isinstance(mask, torch.Tensor) and self._mask_step != self.step:
+            self._mask_step = self.step  # (once a measured step)
+            try:
+                ids = kwargs.get("input_ids", args[0] if args else None)
+                stats = mask_stats(mask, ids if isinstance(ids, torch.Tensor) else None)
+                if stats is not None:
+                    self.observer.rows.append(("mask", None, stats))
+            except Exception as exc:
+                self._internal_error("input", exc)
         if w is self.watched and w.recorder.armed and self._input_stats is None:
             try:
                 # the first floating-point argument: a model given ids first (a recommender's user and item ids, then
