@@ -221,7 +221,10 @@ def _learning_rate(data: RunData, findings: list[Finding], curve: LossCurve, t: 
     # negative decay are named in earlier tiers), however small the update ratio looks once gradients are clipped
     grown = sorted([f for f in findings if f.kind == "activation_out_of_range" and f.severity == "error" and f.module != "input"
                     and f.weight_growth > 3], key=lambda f: f.step if f.step is not None else 10**9)
-    if grown and (trouble or stuck) and not scaled_wrong and not out:
+    # (a negative weight decay grows weights by itself: the layer it is set for is then where the fault is)
+    negative_decay = any(isinstance(g.get("weight_decay"), (int, float)) and g["weight_decay"] < 0
+                         for o in data.optimizers for g in o.get("groups") or [] if isinstance(g, dict))
+    if grown and (trouble or stuck) and not scaled_wrong and not negative_decay and not out:
         g = grown[0]
         out.append(Finding("optimizer", "learning_rate_too_high", "error",
                            f"the weights of {g.module!r} grew {g.weight_growth:.1f}x under the optimizer's steps until its output "

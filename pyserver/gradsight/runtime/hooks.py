@@ -200,9 +200,9 @@ class GlobalHooks:
             return scaled
 
         def step(self: Any, optimizer: torch.optim.Optimizer, *args: Any, **kwargs: Any) -> Any:
-            before = _step_count(optimizer)
+            before = step_count(optimizer)
             result = step_original(self, optimizer, *args, **kwargs)
-            lst.on_scaler_step(self, optimizer, _step_count(optimizer) != before)
+            lst.on_scaler_step(self, optimizer, step_count(optimizer) != before)
             return result
 
         functools.update_wrapper(scale, scale_original)
@@ -225,7 +225,7 @@ class GlobalHooks:
 _STEPS: weakref.WeakKeyDictionary[torch.optim.Optimizer, int] = weakref.WeakKeyDictionary()
 
 
-def _step_count(optimizer: torch.optim.Optimizer) -> int:
+def step_count(optimizer: torch.optim.Optimizer) -> int:
     try:
         return _STEPS.get(optimizer, 0)
     except TypeError:  # not weak-referenceable

@@ -42,7 +42,7 @@ from .capture import CAPTURE_MODULES, INPUT_BYTES, Inputs, capture, host_array, 
 from .collect import Collected
 from .defer import Pending, Ring
 from .distributed import Distributed
-from .hooks import ForwardWatch, GlobalHooks, unwrap
+from .hooks import ForwardWatch, GlobalHooks, step_count, unwrap
 from .layout import first_tensor, local
 from .losses import StepLoss
 from .observe import Observer, mask_stats
@@ -279,7 +279,8 @@ class Session:
             return
         self._finish_pending()
         self._guard("step", lambda: self._write_updates(self._transfer.fetch()))  # the last sampled step's
-        if self.step == 0 and self._backwards_seen and self._optimizer_seen:
+        stepped = any(step_count(o) for o in self._optimizers)  # (the optimizer's own count: gradsight may have failed)
+        if self.step == 0 and self._backwards_seen and self._optimizer_seen and not stepped and not self._broken:
             # backward() ran, an optimizer exists, and it never stepped (an accumulation condition never met, a
             # step() that is never reached): no step was recorded, and that is the finding
             self.writer.put_event(None, EVENT_WARNING, NEVER_STEPPED, value=float(self._backwards_seen), message=(
