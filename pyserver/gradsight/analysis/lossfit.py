@@ -92,7 +92,14 @@ def detect(d: RunData, t: Thresholds, curve: LossCurve, trouble: bool) -> list[F
                 out.append(Finding(kinds.LOSS, kinds.LOSS_TARGET_MISMATCH, "error",
                                    f"{name}'s targets run from {lo:.3g} to {hi:.3g}; a binary cross-entropy needs them in [0, 1] "
                                    "(labels as -1/+1, or images scaled to [-1, 1]?)", 1.0, st))
-        if name in REGRESSION | BINARY:
+        if name in BINARY and _share(calls, lambda c: c.get("target_distinct") == 2 and c.get("target_min") is not None
+                                     and 0.2 < c["target_min"] and c["target_max"] < 0.8) >= 0.8:
+            lo, hi = min(c["target_min"] for c in calls), max(c["target_max"] for c in calls)
+            out.append(Finding(kinds.LOSS, kinds.LOSS_TARGET_MISMATCH, "error",
+                               f"{name}'s targets are only {lo:.3g} and {hi:.3g}: labels smoothed so far towards 0.5 that positives and "
+                               "negatives differ by little, and so does what the model learns (label smoothing of 0.9 where 0.1 was "
+                               "meant?)", 0.9, st))
+        if name in REGRESSION | BINARY | {"gaussian_nll_loss", "poisson_nll_loss"}:
             wider = [c for c in calls if c["input_shape"] != c["target_shape"]]
             if wider:
                 c = wider[0]

@@ -248,16 +248,26 @@ def weight_decay(d: RunData, t: Thresholds, curve: LossCurve) -> list[Finding]:
     # decay by the optimizer: the weights shrink while the loss does not fall
     wd = max(_floats(d, "weight_decay"), default=0.0)
     wsteps, w = d.metric("weight_norm")
-    if wd > 0 and w.size and len(wsteps) >= 2 and _poor(curve, t):
+    collapsed = False
+    ratio = _decay_over_grad(d, wd, wsteps, w, layers) if wd > 0 and w.size and d.optimizer_type in COUPLED_DECAY else None
+    if ratio is not None and len(wsteps) >= 2:
+        # a coupled decay as large as the gradient, and the weights halved in most layers: the decay took them, whatever
+        # the loss's progress says (a negative log-likelihood has no zero to measure progress against)
+        a, b = w[0, layers].astype(np.float64), w[-1, layers].astype(np.float64)
+        fin = np.isfinite(a) & np.isfinite(b) & (a > 0)
+        collapsed = (bool(fin.sum()) and float(np.mean(b[fin] / a[fin] < t.weight_shrink_low)) >= 0.5
+                     and ratio >= t.coupled_decay_over_grad)
+    if wd > 0 and w.size and len(wsteps) >= 2 and (_poor(curve, t) or collapsed):
         start, end = w[0, layers].astype(np.float64), w[-1, layers].astype(np.float64)
         ok = np.isfinite(start) & np.isfinite(end) & (start > 0)
         if ok.sum():
             shrink = end[ok] / start[ok]
             share = float(np.mean(shrink < t.weight_shrink_low))
             if share >= 0.5:
+                how = "makes poor progress" if _poor(curve, t) else f"is pulled by a decay {ratio:.3g}x the gradient's size"
                 out.append(Finding(kinds.OPTIMIZER, kinds.WEIGHT_DECAY_TOO_HIGH, "error",
                                    f"weight_decay={_fmt(wd)} shrinks {share:.0%} of the layers' weights to a median {float(np.median(shrink)):.2g} "
-                                   f"of their start by step {int(wsteps[-1])} while the loss does not fall: the decay outweighs the "
+                                   f"of their start by step {int(wsteps[-1])} while the loss {how}: the decay outweighs the "
                                    "gradient", min(1.0, 0.5 + share / 2), int(wsteps[-1])))
             # the decay alone shrinks the weights by (1 - lr * wd) a step: when that compounds to a large share over
             # the run (a half-life shorter than the run) and the weights do shrink, the decay, not the data, sets them
@@ -272,24 +282,31 @@ def weight_decay(d: RunData, t: Thresholds, curve: LossCurve) -> list[Finding]:
                                    f"layers' weights shrank to a median {float(np.median(shrink)):.2g} of their start while the loss "
                                    "made poor progress: the decay outweighs the gradient", min(1.0, 0.5 + shrinking / 2), int(wsteps[-1])))
         # coupled decay (added to the gradient): compare its size with the gradient's
-        if d.optimizer_type in COUPLED_DECAY and not out:
-            gsteps, g = d.metric("grad_norm")
-            rows = {int(s): k for k, s in enumerate(gsteps)}
-            pairs = [(r, rows[int(s)]) for r, s in enumerate(wsteps) if int(s) in rows]
-            if pairs:
-                with np.errstate(divide="ignore", invalid="ignore"):  # a zero gradient: the ratio is inf, then dropped
-                    ratio = wd * w[[a for a, _ in pairs]][:, layers].astype(np.float64) / g[[b for _, b in pairs]][:, layers].astype(np.float64)
-                r = ratio[np.isfinite(ratio)]
-                # (an adaptive optimizer normalises gradient and decay together: a decay as large as the gradient
-                # turns most of the step towards zero, however the rate is set)
-                if len(r) and float(np.median(r)) >= t.coupled_decay_over_grad:
-                    out.append(Finding(kinds.OPTIMIZER, kinds.WEIGHT_DECAY_TOO_HIGH, "error",
-                                       f"weight_decay={_fmt(wd)} adds {float(np.median(r)):.3g}x the gradient's size to every step "
-                                       f"({d.optimizer_type} adds wd * W to the gradient) and the loss makes poor progress "
-                                       f"({curve.head:.4g} -> {curve.tail:.4g}): the decay, not the data, steers the step",
-                                       float(np.clip(0.6 + 0.1 * np.log10(float(np.median(r)) / t.coupled_decay_over_grad + 1e-12) + 0.2, 0.6, 0.95)),
-                                       int(wsteps[0])))
+        if ratio is not None and not out:
+            # (an adaptive optimizer normalises gradient and decay together: a decay as large as the gradient turns
+            # most of the step towards zero, however the rate is set)
+            if ratio >= t.coupled_decay_over_grad:
+                out.append(Finding(kinds.OPTIMIZER, kinds.WEIGHT_DECAY_TOO_HIGH, "error",
+                                   f"weight_decay={_fmt(wd)} adds {ratio:.3g}x the gradient's size to every step "
+                                   f"({d.optimizer_type} adds wd * W to the gradient) and the loss makes "
+                                   f"{'poor' if _poor(curve, t) else 'less'} progress ({curve.head:.4g} -> {curve.tail:.4g}): the decay, "
+                                   "not the data, steers the step",
+                                   float(np.clip(0.6 + 0.1 * np.log10(ratio / t.coupled_decay_over_grad + 1e-12) + 0.2, 0.6, 0.95)),
+                                   int(wsteps[0])))
     return out
+
+
+def _decay_over_grad(d: RunData, wd: float, wsteps: np.ndarray, w: np.ndarray, layers: list[int]) -> float | None:
+    """The median over layers and measured steps of wd * |W| / |g|: a coupled decay's size beside the gradient's."""
+    gsteps, g = d.metric("grad_norm")
+    rows = {int(s): k for k, s in enumerate(gsteps)}
+    pairs = [(r, rows[int(s)]) for r, s in enumerate(wsteps) if int(s) in rows]
+    if not pairs:
+        return None
+    with np.errstate(divide="ignore", invalid="ignore"):  # a zero gradient: the ratio is inf, then dropped
+        ratio = wd * w[[a for a, _ in pairs]][:, layers].astype(np.float64) / g[[b for _, b in pairs]][:, layers].astype(np.float64)
+    r = ratio[np.isfinite(ratio)]
+    return float(np.median(r)) if len(r) else None
 
 
 def detect(d: RunData, t: Thresholds, curve: LossCurve) -> list[Finding]:
