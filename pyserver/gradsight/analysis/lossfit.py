@@ -99,6 +99,16 @@ def detect(d: RunData, t: Thresholds, curve: LossCurve, trouble: bool) -> list[F
                                f"{name}'s targets are only {lo:.3g} and {hi:.3g}: labels smoothed so far towards 0.5 that positives and "
                                "negatives differ by little, and so does what the model learns (label smoothing of 0.9 where 0.1 was "
                                "meant?)", 0.9, st))
+        # a square [B, B] score matrix (a contrastive loss: row i's own pair is column i) whose targets reach only a few
+        # of its columns: the targets are class ids, not the pair's index (torch.arange(B))
+        square = [c for c in calls if len(c["input_shape"]) == 2 and c["input_shape"][0] == c["input_shape"][1] >= 16]
+        if name == "cross_entropy" and len(square) >= 0.8 * len(calls) and _share(
+                square, lambda c: c.get("target_max") is not None and c["target_max"] + 1 <= c["input_shape"][0] / 4) >= 0.8:
+            c = square[0]
+            out.append(Finding(kinds.LOSS, kinds.LOSS_TARGET_MISMATCH, "error",
+                               f"cross_entropy scores a square {c['input_shape']} matrix (each row against every column of the batch, as "
+                               f"a contrastive loss does) but its targets only reach column {int(c['target_max'])}: they are class ids, "
+                               "not each row's own pair (torch.arange of the batch)", 0.85, st))
         if name in REGRESSION | BINARY | {"gaussian_nll_loss", "poisson_nll_loss"}:
             wider = [c for c in calls if c["input_shape"] != c["target_shape"]]
             if wider:
