@@ -39,6 +39,9 @@ CASES = {
     "set_i/f11_raw_coordinates": "a diffusion model given raw coordinates: its first layer embeds the timestep, not the input",
     "set_j/f02_bert_mask_inverted": "a Hugging Face BERT given an inverted attention_mask (it keeps the padding)",
     "set_j/f08_t5_lr_low": "a from-scratch T5 at a fine-tuning rate: near chance with steps a tenth of a healthy size",
+    "set_j/f17_clip_class_targets": "a contrastive loss given class ids as targets instead of each row's pair",
+    "set_k/f12_adam_weight_decay": "Adam's coupled decay as large as the gradient under a Gaussian NLL (no zero to measure progress from)",
+    "set_k/f18_label_smoothing_09": "multi-label BCE targets smoothed to 0.45/0.55",
 }
 
 
