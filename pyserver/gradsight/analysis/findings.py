@@ -627,7 +627,7 @@ class Detector:
     def _scaled_within(self, input_mag: float) -> bool:
         """The model brings its input to scale before its layers see it (a standardisation in its forward, a norm
         layer first): the first affine or norm layer's outputs are small and a small fraction of the input's magnitude,
-        and no later layer's come near that magnitude.
+        and no later layer's come near that magnitude when training begins.
         (Every layer, not the first one run: a diffusion model's first layer embeds the timestep, not the input.)"""
         _, mn = self.sampled("act_min")
         _, mx = self.sampled("act_max")
@@ -639,9 +639,11 @@ class Detector:
                 if not seen:
                     return False  # (a recurrent layer first: its outputs are bounded whatever its input's scale)
                 continue
-            mag = float(np.nanmedian(np.maximum(np.abs(mn[:, i]), np.abs(mx[:, i])).astype(np.float64)))
-            # the first: small, and far below the input; the later ones (which grow with depth): still far below it
-            if not (mag < 20 and mag < input_mag / 20 if not seen else mag < input_mag / 10):
+            col = np.maximum(np.abs(mn[:, i]), np.abs(mx[:, i])).astype(np.float64)
+            # the first: small, and far below the input; the later ones, at the first measured step (before training or
+            # a dropout's rescaling grows them): well below it (a layer fed the raw input is near its magnitude)
+            mag = float(np.nanmedian(col)) if not seen else float(col[np.isfinite(col)][0])
+            if not (mag < 20 and mag < input_mag / 20 if not seen else mag < input_mag / 4):
                 return False
             seen = True
         return seen
