@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import gc
 import re
+import weakref
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -11,7 +14,7 @@ import torch
 from torch import nn
 
 import gradsight
-from gradsight.runtime import gradstats, owntime, session
+from gradsight.runtime import gradstats, nanorigin, owntime, session
 from gradsight.store import RunStore
 
 
@@ -461,3 +464,56 @@ def test_a_tied_output_layer_keeps_quiet_steps_quiet(tmp_path: Path, monkeypatch
             opt.step()
     assert handle.anomalies == []
     assert len(seen) == 50 and sum(seen) >= 45  # all but the sampled steps
+
+
+
+
+class _Saves(nn.Module):
+    """tanh, remembering a weak reference to each output: a graph keeps it alive (tanh saves its result for backward)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.made: list[Any] = []
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.tanh(x)
+        self.made.append(weakref.ref(y))
+        return y
+
+
+def _saving_mlp() -> nn.Sequential:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(8, 16), _Saves(), nn.Linear(16, 1))
+
+
+def _alive(refs: list[Any]) -> int:
+    gc.collect()
+    return sum(r() is not None for r in refs)
+
+
+def _evaluate(model: nn.Sequential, batches: int) -> tuple[list[Any], list[float]]:
+    """Forward passes with gradients on and no backward (an evaluation loop without no_grad), each output dropped
+    once read: what of their graphs is still alive, and the outputs' sums."""
+    saves = model[1]
+    assert isinstance(saves, _Saves)
+    saves.made.clear()
+    outs = [float(model(torch.full((4, 8), float(i))).sum()) for i in range(batches)]
+    return list(saves.made), outs
+
+
+def test_graphs_of_forwards_without_backward_are_not_kept_alive(tmp_path: Path) -> None:
+    """Where a NaN started is read off module outputs' graph nodes, held until a backward consumes them, at most a
+    few forward passes' worth: an evaluation loop with gradients on keeps no more alive, and a backward lets go."""
+    plain_model = _saving_mlp()
+    _train(plain_model, torch.optim.SGD(plain_model.parameters(), lr=0.01), 3)
+    plain_refs, plain_out = _evaluate(plain_model, 30)
+    assert _alive(plain_refs) == 0
+    model = _saving_mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    with gradsight.watch(model, opt, store=tmp_path / "run.db"):
+        _train(model, opt, 3)
+        refs, out = _evaluate(model, 30)
+        assert out == plain_out
+        assert 0 < _alive(refs) <= nanorigin.MAX_CALLS  # (held: the last few, never the whole loop)
+        _train(model, opt, 1)
+        assert _alive(refs) == 0  # a backward: nothing of the evaluation is held any more

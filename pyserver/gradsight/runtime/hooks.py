@@ -263,6 +263,7 @@ class ForwardWatch:
         self.tracking = False  # keep the stack of running modules (on measured steps, for observations)
         self.stack: list[nn.Module] = []
         self.on_start: Callable[[nn.Module, Any], None] | None = None  # while tracking: each module call's start
+        self.on_top_call: Callable[[], None] | None = None  # a top-level module call starts
 
     def install(self) -> None:
         if self._handles:
@@ -296,6 +297,8 @@ class ForwardWatch:
             self.stack.append(module)
             if self.on_start is not None:
                 self.on_start(module, args)
+        if self._depth == 0 and self.on_top_call is not None:
+            self.on_top_call()
         self._depth += 1
         key = id(module)
         if not self._roots and key not in self._seen:  # (the first model's forward order: until it is chosen)

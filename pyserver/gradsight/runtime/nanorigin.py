@@ -3,9 +3,9 @@
 The user's forward is never run again. Instead, when the loss of a backward call is NaN/Inf, the
 graph that produced it is still there, with the tensors PyTorch saved for the backward pass: the
 earliest graph node holding a non-finite saved tensor marks where the first NaN/Inf was made. Each
-module's output node carries the module's id (:func:`tag`, from the global forward hook), so the
-nearest tagged node at or after that point names the module whose output first went non-finite; a
-point after every module's output is the loss itself, and a non-finite leaf that is not a parameter
+module's output node is remembered with the module's id (:class:`Tags`, from the global forward hook),
+so the nearest tagged node at or after that point names the module whose output first went non-finite;
+a point after every module's output is the loss itself, and a non-finite leaf that is not a parameter
 is the input batch.
 """
 
@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-KEY = "gradsight"  # the key in a graph node's metadata dict that holds id() of the module that made it
+MAX_CALLS = 4  # top-level module calls whose output nodes are held, at most, until a backward consumes them
 MAX_NODES = 50_000  # a graph walk stops here (a very large graph is searched in part)
 # ops whose saved result is non-finite only when their input already was (the NaN came from before them)
 PASS_THROUGH = frozenset({"ReluBackward0", "SigmoidBackward0", "TanhBackward0", "ThresholdBackward0", "HardtanhBackward0",
@@ -26,13 +26,47 @@ INPUT = -1  # the origin is the input batch
 LOSS = -2  # the origin is after every module's output: the loss
 
 
-def tag(output: Any, module: object) -> None:
-    """Mark the graph node of a module's output with ``id(module)`` (the innermost module keeps its mark)."""
-    fn = getattr(output, "grad_fn", None)
-    if fn is not None:
-        meta = fn.metadata
-        if KEY not in meta:
-            meta[KEY] = id(module)
+class Tags:
+    """The graph node of each module output of the forward passes since the last backward, with id() of its module.
+
+    The nodes are held (a node object is made anew each time it is looked up unless one is alive), so that a walk
+    of the graph meets these very objects: a lookup is by identity. Holding costs a list append per module call,
+    where marking the node itself (its ``metadata`` dict) costs PyTorch an allocation per node, a few % of a
+    small model's step. A backward's end lets them go, and at most :data:`MAX_CALLS` top-level calls are held: a
+    forward without a backward (an evaluation with gradients on) keeps no more than that alive past its time.
+    """
+
+    def __init__(self) -> None:
+        self._calls: deque[dict[int, tuple[Any, int]]] = deque([{}], maxlen=MAX_CALLS)
+
+    def top_call(self) -> None:
+        """A top-level module call starts: a new forward pass (the oldest held is let go past the bound)."""
+        if self._calls[-1]:
+            self._calls.append({})
+
+    def tag(self, output: Any, module: object) -> None:
+        """Remember the graph node of a module's output (the innermost module, called first, keeps it)."""
+        fn = getattr(output, "grad_fn", None)
+        if fn is not None:
+            held = self._calls[-1]
+            key = id(fn)
+            if key not in held:
+                held[key] = (fn, id(module))
+
+    def module_of(self, node: Any) -> int | None:
+        key = id(node)
+        for held in self._calls:
+            entry = held.get(key)
+            if entry is not None and entry[0] is node:
+                return entry[1]
+        return None
+
+    def clear(self) -> None:
+        self._calls.clear()
+        self._calls.append({})
+
+    def __len__(self) -> int:
+        return sum(len(h) for h in self._calls)
 
 
 def _saved(node: Any) -> list[tuple[str, torch.Tensor]]:
@@ -54,10 +88,10 @@ def _bad(t: torch.Tensor) -> bool:
     return not bool(torch.isfinite(t).all())
 
 
-def origin(loss: torch.Tensor, index: dict[int, int], rank: dict[int, int] | None = None) -> int | None:
+def origin(loss: torch.Tensor, index: dict[int, int], tags: Tags, rank: dict[int, int] | None = None) -> int | None:
     """The id of the module whose output first went non-finite, :data:`INPUT`, :data:`LOSS`, or None
     when the loss has no graph. ``index`` maps id() of each module to its module id; ``rank``: each module's
-    place in the forward pass, to choose the first of several."""
+    place in the forward pass, to choose the first of several; ``tags``: the module output nodes."""
     root = loss.grad_fn
     if root is None:
         return None
@@ -122,23 +156,23 @@ def origin(loss: torch.Tensor, index: dict[int, int], rank: dict[int, int] | Non
             if not starts:  # a non-finite leaf that no parameter holds: the batch
                 found.append(INPUT)
                 continue
-        found.append(_nearest_tag(starts, nodes, consumers, index))
+        found.append(_nearest_tag(starts, nodes, consumers, index, tags))
     modules = [f for f in found if f >= 0]
     if modules:
         return min(modules, key=lambda m: (rank or {}).get(m, m))
     return INPUT if INPUT in found else LOSS
 
 
-def _nearest_tag(starts: list[int], nodes: dict[int, Any], consumers: dict[int, list[int]], index: dict[int, int]) -> int:
+def _nearest_tag(starts: list[int], nodes: dict[int, Any], consumers: dict[int, list[int]], index: dict[int, int], tags: Tags) -> int:
     """The module id on the nearest tagged node at or after ``starts`` (toward the loss); LOSS if none."""
     seen = set(starts)
     queue = deque(starts)
     while queue:
         key = queue.popleft()
         node = nodes.get(key)
-        meta = getattr(node, "metadata", None) if node is not None else None
-        if meta and KEY in meta and meta[KEY] in index:
-            return index[meta[KEY]]
+        module = tags.module_of(node) if node is not None else None
+        if module is not None and module in index:
+            return index[module]
         for c in consumers.get(key, ()):
             if c not in seen:
                 seen.add(c)

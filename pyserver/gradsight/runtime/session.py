@@ -199,6 +199,8 @@ class Session:
         self._loss_start: list[float] = []  # the first losses: the run's scale
         self._loss_scale = math.nan
         self._forward = ForwardWatch(self._on_root_call, self._on_output)
+        self._tags = nanorigin.Tags()  # module outputs' graph nodes, for where a non-finite loss started
+        self._forward.on_top_call = self._tags.top_call
         self._hooks = GlobalHooks(self)
         self._hooks.install()
         self.observer = Observer(self._current_module, lambda: type(self._forward.stack[-1]).__name__ if self._forward.stack else "")
@@ -290,6 +292,7 @@ class Session:
         self._hooks.remove()
         self.observer.remove()
         self._forward.remove()
+        self._tags.clear()
         for w in self.models:
             w.recorder.disarm()
         self.writer.update_run(status=status, ended=time.time())
@@ -401,6 +404,7 @@ class Session:
             self._internal_error("backward", exc)
 
     def on_backward_end(self) -> None:
+        self._tags.clear()  # (the graph is consumed)
         if self._broken or self._primary is not None or self._explicit_steps or self._optimizer_seen:
             return
         if self._n_backward >= 2 or self._auto_steps:  # no optimizer at all: a step per backward
@@ -487,7 +491,7 @@ class Session:
         can be traced to the module where it started (nanorigin), also before the model is known. On a step
         probed for where non-finite gradients are made, each output's gradient is looked at as it passes."""
         out = output if isinstance(output, torch.Tensor) else first_tensor(output)
-        nanorigin.tag(out, module)
+        self._tags.tag(out, module)
         if self._probe is not None and self._probe.step == self.step and out is not None and out.requires_grad:
             gid = self._index.get(id(module))
             if gid is not None and gid in self._leaves:
@@ -967,7 +971,7 @@ class Session:
             return
         if math.isfinite(value):
             return
-        found = nanorigin.origin(loss, self._index, self._rank_of)
+        found = nanorigin.origin(loss, self._index, self._tags, self._rank_of)
         if found is not None:
             self._nan_origin = found
 
