@@ -466,8 +466,6 @@ def test_a_tied_output_layer_keeps_quiet_steps_quiet(tmp_path: Path, monkeypatch
     assert len(seen) == 50 and sum(seen) >= 45  # all but the sampled steps
 
 
-
-
 class _Saves(nn.Module):
     """tanh, remembering a weak reference to each output: a graph keeps it alive (tanh saves its result for backward)."""
 

@@ -65,9 +65,6 @@ class Tags:
         self._calls.clear()
         self._calls.append({})
 
-    def __len__(self) -> int:
-        return sum(len(h) for h in self._calls)
-
 
 def _saved(node: Any) -> list[tuple[str, torch.Tensor]]:
     out: list[tuple[str, torch.Tensor]] = []
