@@ -515,3 +515,31 @@ def test_graphs_of_forwards_without_backward_are_not_kept_alive(tmp_path: Path) 
         assert 0 < _alive(refs) <= nanorigin.MAX_CALLS  # (held: the last few, never the whole loop)
         _train(model, opt, 1)
         assert _alive(refs) == 0  # a backward: nothing of the evaluation is held any more
+
+
+@pytest.mark.parametrize("layer", ["linear", "conv"])
+def test_a_non_finite_weight_is_traced_to_its_layer_not_the_one_before(tmp_path: Path, layer: str) -> None:
+    """A NaN written into a middle layer's weight (a module-level nn.Sequential): its output is the first non-finite
+    one, not that of the clean ReLU whose output it also takes in."""
+    from gradsight.analysis.diagnose import diagnose
+
+    torch.manual_seed(0)
+    if layer == "linear":
+        model: nn.Sequential = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 16), nn.Tanh(), nn.Linear(16, 1))
+    else:
+        model = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.ReLU(), nn.Conv2d(4, 4, 3, padding=1), nn.Tanh(), nn.Flatten(),
+                              nn.Linear(4 * 6 * 6, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    with gradsight.watch(model, opt, store=tmp_path / "run.db") as handle:
+        for step in range(8):
+            x = torch.randn(8, 8) if layer == "linear" else torch.randn(8, 1, 6, 6)
+            if step == 5:
+                with torch.no_grad():
+                    model[2].weight.view(-1)[0] = float("nan")
+            loss = model(x).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    assert (5, "nan_inf") in handle.anomalies
+    cause = diagnose(handle.store).root_cause
+    assert cause is not None and (cause.module, cause.kind) == ("2", "nan_inf")

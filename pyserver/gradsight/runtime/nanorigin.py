@@ -112,6 +112,8 @@ def origin(loss: torch.Tensor, index: dict[int, int], tags: Tags, rank: dict[int
     bad_result: set[int] = set()
     bad_input: set[int] = set()
     bad_data: set[int] = set()  # a non-finite saved input that no op made: data (the batch, a buffer)
+    # the producers a node's non-finite saved inputs came from (a parameter's own node: the parameter itself)
+    carriers: dict[int, list[int]] = {}
     for key, node in nodes.items():
         if type(node).__name__ == "AccumulateGrad":
             continue
@@ -123,6 +125,10 @@ def origin(loss: torch.Tensor, index: dict[int, int], tags: Tags, rank: dict[int
                     bad_input.add(key)
                     if t.grad_fn is None and not t.requires_grad:
                         bad_data.add(key)
+                    elif t.grad_fn is None:  # a parameter, saved as it is: its output is the first non-finite one
+                        carriers.setdefault(key, []).append(key)
+                    elif id(t.grad_fn) in nodes:
+                        carriers.setdefault(key, []).append(id(t.grad_fn))
     bad = bad_result | bad_input
     if not bad:
         return LOSS  # nothing saved is non-finite: the first NaN/Inf was made after the last saved tensor, in the loss
@@ -149,7 +155,8 @@ def origin(loss: torch.Tensor, index: dict[int, int], tags: Tags, rank: dict[int
         if key in bad_result and key not in bad_input and type(node).__name__ not in PASS_THROUGH:
             starts = [key]  # this op made the non-finite value from finite inputs
         else:
-            starts = [p for p in producers.get(key, ()) if type(nodes[p]).__name__ != "AccumulateGrad"]
+            # from the inputs that carried the non-finite values when they are known (not a clean branch beside them)
+            starts = carriers.get(key) or [p for p in producers.get(key, ()) if type(nodes[p]).__name__ != "AccumulateGrad"]
             if not starts:  # a non-finite leaf that no parameter holds: the batch
                 found.append(INPUT)
                 continue
