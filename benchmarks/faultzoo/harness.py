@@ -42,11 +42,13 @@ class Recorder:
         self.params: dict[int, torch.Tensor] = {}
         self.no_grad_steps: dict[str, int] = {}
         self.lrs: list[float] = []
+        self.backward_losses: list[float] = []  # every backward's value: the losses of a run that never steps
 
     def backward(self, tensors) -> None:
         t = tensors[0] if isinstance(tensors, (tuple, list)) and tensors else tensors
         if isinstance(t, torch.Tensor) and t.numel() == 1:
             self.pending.append(float(t.detach().float()))
+            self.backward_losses.append(self.pending[-1])
         self.n_backward += 1
 
     def adopt(self, optimizer: torch.optim.Optimizer) -> None:
@@ -97,9 +99,12 @@ class Recorder:
             name = self.param_module.get(i, "?")
             same = p.shape == self.initial[i].shape and bool(torch.equal(p.detach().to(self.initial[i].dtype), self.initial[i]))
             (unchanged if same else changed).add(name)
+        # a loop that never calls step() (the fault is the missing call) is judged on each backward's loss
+        losses = list(self.losses) if self.losses else list(self.backward_losses)
         return {
-            "losses": list(self.losses),
-            "finite": all(math.isfinite(v) for v in self.losses if v is not None),
+            "losses": losses,
+            "stepless": not self.losses and bool(self.backward_losses),
+            "finite": all(math.isfinite(v) for v in losses if v is not None),
             "n_steps": len(self.losses),
             "n_backward": self.n_backward,
             "modules": self.modules,

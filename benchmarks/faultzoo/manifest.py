@@ -1,6 +1,6 @@
 """Manifestation check: run every mutant and its base plainly, keep the mutants whose fault shows.
 
-    python benchmarks/faultzoo/manifest.py [--jobs N] [-k SUBSTRING] [--fresh]
+    python benchmarks/faultzoo/manifest.py [--jobs N] [-k SUBSTRING [--merge]] [--fresh]
 
 Each base and each in-half mutant (see split.toml) runs without gradsight under `harness.py`,
 which records every optimizer step's loss. A mutant is compared with its own base over the
@@ -10,6 +10,7 @@ The rule (RULE below; thresholds named there):
 
 * start = mean loss of the first 3 steps, end = mean loss of the last tenth of the steps (at
   least 5); a base's progress P = start - end. A base must train: end <= 0.5 x start.
+  A loop that never calls step() is compared over its backward passes.
 * A run that raises a Python exception is dropped: a crash is not a training fault.
 * A faulty mutant is kept when its fault shows: a non-finite loss at some step, a negative
   loss (every base's loss is non-negative: a negative value means targets the loss cannot
@@ -228,15 +229,20 @@ def finish_expected(mutant: ops.Mutant, rec: dict) -> tuple[list[dict] | None, s
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--jobs", type=int, default=2)
-    ap.add_argument("-k", default="", help="only mutants whose id contains this (the manifest is not written)")
+    ap.add_argument("-k", default="", help="only mutants whose id contains this (or one of these, comma-separated); "
+                    "the manifest is not written")
+    ap.add_argument("--merge", action="store_true",
+                    help="with -k: write the selected mutants into manifest.json, every other entry as it was "
+                         "(new operators are judged without re-running the whole zoo)")
     ap.add_argument("--fresh", action="store_true", help="ignore the cache")
     args = ap.parse_args()
 
     t0 = time.perf_counter()
     pairs = zoo.generate_all()
     if args.k:
-        keep_bases = {m.base for _, m in pairs if args.k in m.id}
-        pairs = [(h, m) for h, m in pairs if args.k in m.id or (m.operator == "" and m.base in keep_bases)]
+        ks = args.k.split(",")
+        keep_bases = {m.base for _, m in pairs if any(k in m.id for k in ks)}
+        pairs = [(h, m) for h, m in pairs if any(k in m.id for k in ks) or (m.operator == "" and m.base in keep_bases)]
     CACHE.mkdir(exist_ok=True)
     scripts = CACHE / "scripts"
     scripts.mkdir(exist_ok=True)
@@ -292,19 +298,24 @@ def main() -> int:
         if b["expected_steps"] != b["steps"]:
             print(f"!! base {name}: {b['steps']} steps, operators.BASE_STEPS says {b['expected_steps']}", file=sys.stderr)
 
+    if args.k and args.merge:
+        entries = merged(entries, {m.id: zoo.digest(m.source) for _, m in zoo.generate_all()})
     counts = count(entries)
     print_counts(counts)
-    if args.k:
+    if args.k and not args.merge:
         for e in entries:
             print(f"{'KEPT' if e['kept'] else 'drop'} {e['id']:<64} {e['reason']}")
         print("(-k given: manifest.json not written)")
         return 0
+    if args.k:  # the bases' entries of a merge are the previous manifest's (a base's record is the same run)
+        bases = {**bases, **json.loads(zoo.MANIFEST.read_text())["bases"]}
     doc = {
         "schema": "faultzoo.manifest/1",
         "rule": RULE,
         "split": split,
         "counts": counts,
-        "seconds": round(time.perf_counter() - t0, 1),
+        # a merge ran a few mutants: the full run's time stays the one recorded
+        "seconds": json.loads(zoo.MANIFEST.read_text())["seconds"] if args.k else round(time.perf_counter() - t0, 1),
         "bases": bases,
         "operators": [{"name": op.name, "family": op.family, "why": op.why, "healthy": op.healthy,
                        "rescales_loss": op.rescales_loss, "taxonomy": op.taxonomy, "summary": op.summary,
@@ -314,6 +325,27 @@ def main() -> int:
     zoo.MANIFEST.write_text(json.dumps(doc, indent=1) + "\n")
     print(f"wrote {zoo.MANIFEST} in {time.perf_counter() - t0:.0f} s")
     return 0
+
+
+def merged(selected: list[dict], current: dict[str, str]) -> list[dict]:
+    """The previous manifest's entries with the selected ones put in (by id), in the zoo's generation order.
+
+    An old entry is kept only while its mutant is still generated from the same source (its digest):
+    anything else must be judged again.
+    """
+    old = {e["id"]: e for e in json.loads(zoo.MANIFEST.read_text())["mutants"]}
+    new = {e["id"]: e for e in selected}
+    out, stale = [], []
+    for mid, sha in current.items():
+        e = new.get(mid) or old.get(mid)
+        if e is None or e["sha"] != sha:
+            stale.append(mid)
+            continue
+        out.append(e)
+    if stale:
+        raise SystemExit(f"--merge: {len(stale)} mutants changed or are new and were not selected by -k, "
+                         f"e.g. {stale[:3]}; select them or run the whole manifest")
+    return out
 
 
 def count(entries: list[dict]) -> dict:

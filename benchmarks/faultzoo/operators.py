@@ -525,6 +525,19 @@ def clip_normal(base: Base) -> list[Variant] | None:
     return [Variant("", e.source(), None)]
 
 
+@operator("step_missing", "training_loop", 1, "Why class 1; real-bug studies (Islam et al. 2019: missing optimizer call)",
+          expects="optimizer / not_updated")
+def step_missing(base: Base) -> list[Variant] | None:
+    """Leave `optimizer.step()` out of the loop (lost in an edit): gradients are computed and never applied."""
+    steps = base.all("step")
+    if not steps:
+        return None
+    e = Edit(base)
+    for m in steps:
+        e.delete(m.line)
+    return [Variant("", e.source(), answers("optimizer", "not_updated"))]
+
+
 # ==============================================================================================
 # family: schedule (dev) -- the learning rate over the run
 
@@ -609,6 +622,25 @@ def warmup_bump(base: Base) -> list[Variant] | None:
     return [Variant("", e.source(), None)]
 
 
+@operator("manual_lr_decay_inverted", "schedule", 2, "Why class 2; Humbatova et al. 'wrong learning rate schedule' (a hand-written decay that multiplies)",
+          expects="optimizer / learning_rate_too_high")
+def manual_lr_decay_inverted(base: Base) -> list[Variant] | None:
+    """A third into the run, the loop 'decays' every group's rate with `g["lr"] /= 0.1` (meant `*= 0.1`): a 10x jump."""
+    loop = need(base.one("loop"))
+    header = re.match(r"\s*for\s+(\w+)\s+in\s+range\((.+)\):", base.lines[loop.line].split("#")[0])
+    if header is None:
+        return None
+    var, count = header.group(1), header.group(2)
+    body = loop.line + 1
+    if not base.lines[body].strip() or len(base.indent(body)) <= len(base.indent(loop.line)):
+        return None
+    opt = optimizer_marker(base).get("var")
+    count = count if re.fullmatch(r"[\w.]+", count) else f"({count})"
+    e = Edit(base).insert_before(body, f"if {var} == {count} // 3:", f"    for group in {opt}.param_groups:",
+                                 '        group["lr"] /= 0.1')
+    return [Variant("", e.source(), answers("optimizer", "learning_rate_too_high"))]
+
+
 # ==============================================================================================
 # family: weights (dev) -- initialisation
 
@@ -684,6 +716,22 @@ def softmax_before_ce(base: Base) -> list[Variant] | None:
     h = head(base).get("name")
     src = _wrap_output(base, "torch.softmax", ", dim=-1")
     return [Variant("", src, answers([h, "loss"], "double_softmax"))]
+
+
+@operator("softmax_into_nll", "loss_function", 0, "classic (real-bug studies: nll_loss given probabilities, not log-probabilities)",
+          expects="the output layer or loss / double_softmax or loss_target_mismatch")
+def softmax_into_nll(base: Base) -> list[Variant] | None:
+    """End the forward in a softmax and score it with `nll_loss` (which expects log-probabilities)."""
+    lm = loss_marker(base, ("ce",))
+    h = head(base).get("name")
+    e = Edit(base)
+    m = need(base.one("logits"))
+    if not base.lines[m.line].strip().startswith("return "):
+        return None
+    expr = MARKER.sub("", base.lines[m.line]).strip()[len("return "):]
+    e.replace(m.line, f"{base.indent(m.line)}return torch.softmax({expr}, dim=-1)")
+    rhs_replace(base, e, lm.line, f"torch.nn.functional.nll_loss({lm.get('pred')}, {lm.get('target')})")
+    return [Variant("", e.source(), answers([h, "loss"], ["double_softmax", "loss_target_mismatch"]))]
 
 
 @operator("sigmoid_into_bce_logits", "loss_function", 3, "Why class 3 (probabilities fed to BCEWithLogitsLoss)",

@@ -3,7 +3,8 @@
 Read off what the loss functions were given on measured steps (``observations`` of kind ``loss``):
 
 - probabilities (every row in [0, 1], summing to 1) fed to a loss that applies log-softmax itself, or values in
-  [0, 1] fed to one that applies a sigmoid itself: the model's output layer applies it a second time;
+  [0, 1] fed to one that applies a sigmoid itself: the model's output layer applies it a second time; values
+  above 0 fed to nll_loss, which expects log-probabilities;
 - targets the loss cannot mean: a binary cross-entropy's targets outside [0, 1]; a regression loss whose
   input and target shapes broadcast to a larger one ([B, 1] against [B]); outputs whose range cannot reach
   the targets (a sigmoid or ReLU output for targets below zero); class indices fed to a regression loss;
@@ -71,6 +72,17 @@ def detect(d: RunData, t: Thresholds, curve: LossCurve, trouble: bool) -> list[F
             out.append(Finding(kinds.LOSS, kinds.DOUBLE_SOFTMAX, "error",
                                f"{name} is given probabilities (every row in [0, 1], summing to 1) but applies log-softmax itself: "
                                "the model's output goes through softmax twice, and its gradients shrink", 0.95, st))
+        # log-probabilities are never above 0: an nll_loss given values above it scores probabilities (a softmax where
+        # log_softmax was meant: the loss runs from -1 to 0 and its gradient does not grow as the model errs) or raw logits
+        positive = _share(calls, lambda c: c.get("input_max") is not None and c["input_max"] > 1e-6)
+        if name == "nll_loss" and positive >= 0.8:
+            as_probs = probs >= 0.8 and _share(calls, lambda c: (c.get("input_rowsum_dev") or 1.0) < 1e-3) >= 0.8
+            given = "probabilities (every row in [0, 1], summing to 1)" if as_probs else (
+                f"values up to {max(c['input_max'] for c in calls):.3g}")
+            out.append(Finding(kinds.LOSS, kinds.LOSS_TARGET_MISMATCH, "error",
+                               f"nll_loss is given {given}, but it expects log-probabilities (never above 0): it returns minus the "
+                               "true class's input, so the loss is not a likelihood (log_softmax on the output, or "
+                               "cross_entropy on the logits)", 0.95 if as_probs else 0.85, st))
         if name in LOGIT_BINARY and probs >= 0.8:
             out.append(Finding(kinds.LOSS, kinds.DOUBLE_SIGMOID, "error",
                                f"{name} is given values in [0, 1] (from {min(c['input_min'] for c in calls):.3g} to "
