@@ -19,6 +19,7 @@ EMBEDDINGS = {"Embedding", "EmbeddingBag"}
 CONTAINERS = {"Sequential", "ModuleList", "ModuleDict"}  # modules with no forward code of their own between their children
 # optimizers that normalise the gradient's scale away (their step is ~lr whatever the gradient's size)
 ADAPTIVE = {"Adam", "AdamW", "NAdam", "RAdam", "Adamax", "RMSprop", "Adagrad", "Adadelta", "Adafactor", "SparseAdam"}
+REGRESSION = {"mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss"}  # the functional losses that fit values
 NORMS = {"LayerNorm", "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "GroupNorm", "RMSNorm", "InstanceNorm1d", "InstanceNorm2d"}
 
 PER_MODULE = ("grad_norm", "grad_max", "grad_mean", "grad_zero_frac", "weight_norm", "update_ratio", "update_l1", "grad_weight_cos",
@@ -76,6 +77,14 @@ class RunData:
         """Leaf modules with parameters of their own: the layers."""
         parents = {m.parent for m in self.modules if m.parent is not None}
         return [m.id for m in self.modules if m.own_params > 0 and m.name not in parents]
+
+    def feeds_a_norm(self) -> set[str]:
+        """The layers whose output the next module run (in forward order) takes into a normalisation: the scale of
+        their output, and of their weights, is the norm's to remove."""
+        rank = self.forward_rank()
+        parents = {m.parent for m in self.modules if m.parent is not None}
+        ran = sorted((m for m in self.modules if m.forward_order is not None and m.name not in parents), key=lambda m: rank[m.id])
+        return {a.name for a, b in zip(ran, ran[1:]) if a.own_params > 0 and a.type not in NORMS and b.type in NORMS}
 
     def forward_rank(self) -> dict[int, int]:
         order = [(m.forward_order if m.forward_order is not None else 10**6 + m.id, m.id) for m in self.modules]

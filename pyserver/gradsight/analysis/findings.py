@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..thresholds import Thresholds
-from .data import ADAPTIVE, CONTAINERS, EMBEDDINGS, NORMS, SATURATING, RunData
+from .data import ADAPTIVE, CONTAINERS, EMBEDDINGS, NORMS, REGRESSION, SATURATING, RunData
 
 OUTSIDE = ("loss", "optimizer", "input")  # faults outside the network
 
@@ -33,6 +33,7 @@ class Finding:
     step: int | None = None  # first step where it held
     direct: bool = True  # False when inferred from a consequence (zero gradients behind dead units, say)
     weight_growth: float = 1.0  # how many times the module's own weights grew over the run (out-of-range outputs)
+    mechanism: bool = False  # names what makes its kind's symptom (a norm that does not normalise), ahead of the symptom's own findings
 
     @property
     def key(self) -> tuple[str, str]:
@@ -75,7 +76,7 @@ def merge(findings: list[Finding]) -> list[Finding]:
         steps = [s for s in (f.step, old.step) if s is not None]
         sev = min((f.severity, old.severity), key=["error", "warning", "info"].index)
         best[f.key] = Finding(keep.module, keep.kind, sev, keep.evidence, keep.strength, min(steps) if steps else None,
-                              f.direct or old.direct)
+                              f.direct or old.direct, mechanism=f.mechanism or old.mechanism)
     return list(best.values())
 
 
@@ -471,8 +472,14 @@ class Detector:
         if not mx.size:
             return
         mag = np.maximum(np.abs(mx.astype(np.float64)), np.abs(mn.astype(np.float64)))
+        renormed = self.d.feeds_a_norm()
+        # the model's output is meant to reach its regression targets, however large they are (pixel units)
+        reach = self._regression_reach()
+        at_output = self._output_end() if reach is not None else set()
         for i in range(mag.shape[1]):
             if not self.d.modules[i].name:  # the root's output is its last module's
+                continue
+            if i in at_output and reach is not None and np.nanmax(np.where(np.isfinite(mag[:, i]), mag[:, i], 0.0)) <= 2 * reach:
                 continue
             col = mag[:, i]
             fin = np.isfinite(col)
@@ -493,7 +500,9 @@ class Detector:
             if growth > 3:  # its own weights grew with it: the cause is in this layer, not inherited
                 evidence += f"; its weights grew {growth:.1f}x"
                 strength = min(1.0, strength + 0.3)
-            self.add(self.names[i], "activation_out_of_range", "error" if huge.any() or top > 1000 or growth > 3 else "warning",
+            # weights that grow before a normalisation are SGD's answer to a large rate on a scale-invariant layer
+            grew = growth > 3 and self.names[i] not in renormed
+            self.add(self.names[i], "activation_out_of_range", "error" if huge.any() or top > 1000 or grew else "warning",
                      evidence, strength, int(steps[j]), weight_growth=growth)
 
     def initialization(self) -> None:
@@ -522,10 +531,31 @@ class Detector:
                 continue
             high = self.t.embedding_rms_high if self.types[i] in EMBEDDINGS else self.t.init_gain_high
             if gain > high or gain < self.t.init_gain_low:
-                self.add(self.names[i], "poor_initialization", "error",
-                         f"initial weight scale {_fmt(gain)} ({'RMS' if self.types[i] in EMBEDDINGS else 'RMS x sqrt(fan-in)'}; "
-                         f"PyTorch's default gives {'1' if self.types[i] in EMBEDDINGS else '~0.6'}, healthy below {high:g})",
+                evidence = (f"initial weight scale {_fmt(gain)} ({'RMS' if self.types[i] in EMBEDDINGS else 'RMS x sqrt(fan-in)'}; "
+                            f"PyTorch's default gives {'1' if self.types[i] in EMBEDDINGS else '~0.6'}, healthy below {high:g})")
+                grew = self._grew_from_zero(i, w) if gain < self.t.init_gain_low else None
+                if grew is not None:
+                    # a zero start blocks nothing while the gradient reaches the layer (it does unless the layer next to
+                    # it is zero too or a ReLU's zeros stop it): the last layer of a residual branch or an output layer
+                    # is zeroed on purpose; only weights that stay at zero are the fault
+                    self.add(self.names[i], "poor_initialization", "info",
+                             evidence + f"; its weights grew to {_fmt(grew)} of the other layers' scale, so the gradient reaches it", 0.2, int(steps[0]))
+                    continue
+                self.add(self.names[i], "poor_initialization", "error", evidence,
                          _strength(max(gain / high, self.t.init_gain_low / max(gain, 1e-30))), int(steps[0]))
+
+    def _grew_from_zero(self, i: int, w: np.ndarray) -> float | None:
+        """The layer's final weight RMS over the median of the other layers', when it is at least a tenth of it."""
+        def last_rms(j: int) -> float:
+            col = w[:, j].astype(np.float64)
+            col = col[np.isfinite(col)]
+            return float(col[-1]) / math.sqrt(max(1, self.d.modules[j].own_params)) if len(col) >= 2 else math.nan
+        peers = [r for r in (last_rms(j) for j in self.layers if j != i) if math.isfinite(r) and r > 0]
+        own = last_rms(i)
+        if not peers or not math.isfinite(own):
+            return None
+        share = own / float(np.median(peers))
+        return share if share >= 0.1 else None
 
     def update_ratio(self) -> None:
         steps, ur = self.sampled("update_ratio")
@@ -623,9 +653,48 @@ class Detector:
             return
         med_mag, med_std = float(np.median(mag[fin])), float(np.nanmedian(std))
         if (med_std > 20 or med_mag > 200) and not self._scaled_within(med_mag):
-            self.add("input", "activation_out_of_range", "error",
-                     f"the input is not normalised: std {_fmt(med_std)}, magnitude up to {_fmt(float(mag[fin].max()))}",
+            evidence = f"the input is not normalised: std {_fmt(med_std)}, magnitude up to {_fmt(float(mag[fin].max()))}"
+            units = self._targets_in_input_units(med_mag)
+            if units is not None:
+                # an image-to-image (or signal-to-signal) model fitted in its data's own units: the whole problem is
+                # scaled, not the input against what the model must output
+                self.add("input", "activation_out_of_range", "info",
+                         evidence + f"; the loss's targets are in the same units (up to {_fmt(units)}), so the problem is "
+                         "scaled as a whole", 0.3, int(steps[np.flatnonzero(fin)[0]]))
+                return
+            self.add("input", "activation_out_of_range", "error", evidence,
                      _strength(max(med_std / 20, med_mag / 200)), int(steps[np.flatnonzero(fin)[0]]))
+
+    def _target_tops(self) -> list[float] | None:
+        """Each measured loss call's largest target magnitude, when every one is a regression (else None)."""
+        calls = [o.data for o in self.d.observed("loss")]
+        if not calls or any(c.get("loss") not in REGRESSION for c in calls):
+            return None
+        tops = [max(abs(float(c["target_min"])), abs(float(c["target_max"]))) for c in calls
+                if isinstance(c.get("target_min"), (int, float)) and isinstance(c.get("target_max"), (int, float))]
+        return tops if len(tops) == len(calls) and all(math.isfinite(v) for v in tops) else None
+
+    def _targets_in_input_units(self, input_mag: float) -> float | None:
+        """The largest target magnitude when every measured loss is a regression whose targets reach a quarter of the
+        input's magnitude or more."""
+        tops = self._target_tops()
+        return max(tops) if tops and all(v >= input_mag / 4 for v in tops) else None
+
+    def _regression_reach(self) -> float | None:
+        tops = self._target_tops()
+        return max(tops) if tops else None
+
+    def _output_end(self) -> set[int]:
+        """The last layer run, the containers holding it and the modules run after it: what makes the output."""
+        if not self.layers_fwd:
+            return set()
+        last = self.layers_fwd[-1]
+        out = {last} | {j for j in range(len(self.names)) if self.rank[j] > self.rank[last]}
+        parent = self.d.modules[last].parent
+        while parent is not None and parent in self.d.index:
+            out.add(self.d.index[parent])
+            parent = self.d.modules[self.d.index[parent]].parent
+        return out
 
     def _scaled_within(self, input_mag: float) -> bool:
         """The model brings its input to scale before its layers see it (a standardisation in its forward, a norm

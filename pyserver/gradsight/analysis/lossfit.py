@@ -21,14 +21,13 @@ import numpy as np
 
 from .. import kinds
 from ..thresholds import Thresholds
-from .data import ADAPTIVE, RunData
+from .data import ADAPTIVE, REGRESSION, RunData
 from .findings import Finding
 from .losscurve import LossCurve
 
 LOGIT_LOSSES = {"cross_entropy"}  # apply log-softmax to their input
 LOGIT_BINARY = {"binary_cross_entropy_with_logits"}  # apply a sigmoid to their input
 BINARY = {"binary_cross_entropy", "binary_cross_entropy_with_logits"}
-REGRESSION = {"mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss"}
 MEAN_LOSSES = REGRESSION | BINARY | {"cross_entropy", "nll_loss"}
 
 
@@ -133,9 +132,11 @@ def detect(d: RunData, t: Thresholds, curve: LossCurve, trouble: bool) -> list[F
                                        f"they broadcast to {shape}, every prediction against every target (PyTorch warns of this)", 1.0, st))
         if name in REGRESSION:
             below = _share(calls, lambda c: c.get("target_min") is not None and c["target_min"] < -0.05 * max(abs(c["target_max"]), 1e-6))
-            # outputs that vary (a collapsed, constant output says nothing of their range) and are never negative
+            # outputs that vary (a collapsed, constant output says nothing of their range) and are never negative, or
+            # that are pinned to 0 itself, the floor of a sigmoid or ReLU the loss pushed them onto
             nonneg = _share(calls, lambda c: c.get("input_min") is not None and c["input_min"] >= 0
-                            and c["input_max"] - c["input_min"] > 1e-6 * (c["target_max"] - c["target_min"]))
+                            and (c["input_max"] - c["input_min"] > 1e-6 * (c["target_max"] - c["target_min"])
+                                 or c["input_max"] < 1e-3 * (c["target_max"] - c["target_min"])))
             if below >= 0.8 and nonneg >= 0.8:
                 unit = probs >= 0.8
                 out.append(Finding(kinds.LOSS, kinds.LOSS_TARGET_MISMATCH, "error",

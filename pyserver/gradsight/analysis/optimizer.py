@@ -282,7 +282,10 @@ def weight_decay(d: RunData, t: Thresholds, curve: LossCurve) -> list[Finding]:
                                    f"layers' weights shrank to a median {float(np.median(shrink)):.2g} of their start while the loss "
                                    "made poor progress: the decay outweighs the gradient", min(1.0, 0.5 + shrinking / 2), int(wsteps[-1])))
         # coupled decay (added to the gradient): compare its size with the gradient's
-        if ratio is not None and not out:
+        # (plain SGD moves the weights by lr * wd * W a step for the decay: when that sums to a few percent over the
+        # run, the decay cannot have moved them, and a gradient it outweighs is one that vanished by itself)
+        negligible = d.optimizer_type not in ADAPTIVE and pull < 0.05
+        if ratio is not None and not out and not negligible:
             # (an adaptive optimizer normalises gradient and decay together: a decay as large as the gradient turns
             # most of the step towards zero, however the rate is set)
             if ratio >= t.coupled_decay_over_grad:

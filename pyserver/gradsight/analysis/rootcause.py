@@ -50,7 +50,8 @@ class RootCause:
 
 def find(data: RunData, findings: list[Finding], curve: LossCurve, t: Thresholds) -> RootCause | None:
     errors = [f for f in findings if f.severity == "error"]
-    triggered = [e for e in data.events if e.kind == "trigger"]
+    # (a loss spike the run recovered from is a warmup's peak or one bad batch: nothing to trace back)
+    triggered = [e for e in data.events if e.kind == "trigger" and not (curve.spike_recovered and e.name == "loss_spike")]
     anomaly_step = min((e.step for e in triggered if e.step is not None), default=None)
     if not errors and not triggered and not curve.not_decreasing and not curve.near_chance:
         return None
@@ -91,7 +92,9 @@ def find(data: RunData, findings: list[Finding], curve: LossCurve, t: Thresholds
         # from falling (labels with no signal, say): they are not its cause
         first = _first_sampled(data)
         dying = [f for f in dying if f.kind != "dead_units" or f.step is None or first is None or f.step <= first + 1]
-    tiers.append((5, _through_squashing(data, dying) + dying + of("saturation", None) + of("attention_entropy_collapse")))
+    squashed = of("saturation", None)
+    tiers.append((5, [f for f in dying + squashed if f.mechanism] + _through_squashing(data, dying) + dying + squashed
+                  + of("attention_entropy_collapse")))
     if curve.not_decreasing or curve.near_chance or any(f.kind == "loss_spike" for f in findings):
         tiers.append((6, _stagnation(data, findings, curve, t)))
     for tier, cands in tiers:
@@ -154,6 +157,8 @@ def _first_sampled(data: RunData) -> int | None:
 def _explains(cause: Finding, other: Finding, rank: dict[int, int], index: dict[str, int]) -> bool:
     """A finding later in time, or downstream in the forward pass at the same time, follows from the cause; so do
     steps too large for their rate when the loss is summed (the sum multiplies every step)."""
+    if cause.mechanism and other.kind == cause.kind:  # (the gradient shrinks upstream of what shrinks it, too)
+        return True
     if cause.kind == "loss_scale_too_high" and other.kind in ("learning_rate_too_high", "update_ratio_too_high", "exploding_gradient"):
         return True
     if cause.step is not None and other.step is not None and other.step > cause.step:
@@ -194,8 +199,11 @@ def _learning_rate(data: RunData, findings: list[Finding], curve: LossCurve, t: 
     # a rate so high that the net cannot learn need not blow up: the loss stays where it began, or the weights grow
     # until layers' outputs leave their range (the symptom the forward path would name): with updates of more than a
     # tenth of the weights in most layers from the start, both are the rate's
+    # (a layer whose output a normalisation takes next is scale-invariant: under SGD its weights grow with a large
+    # rate, which only slows its own steps, and the range of its output is the norm's to remove)
+    renormed = data.feeds_a_norm()
     stuck = curve.not_decreasing or any(f.kind == "activation_out_of_range" and f.severity == "error" and f.module != "input"
-                                        for f in findings)
+                                        and f.module not in renormed for f in findings)
     if (trouble or stuck) and ur.size and layers and not scaled_wrong:
         # "from the start": the sampled steps in the run's first tenth (at least two rows), not a share of the rows,
         # which crowd where triggers fired
@@ -220,7 +228,7 @@ def _learning_rate(data: RunData, findings: list[Finding], curve: LossCurve, t: 
     # output left its range was pushed there by steps too large for it (grads_not_zeroed, a summed loss and a
     # negative decay are named in earlier tiers), however small the update ratio looks once gradients are clipped
     grown = sorted([f for f in findings if f.kind == "activation_out_of_range" and f.severity == "error" and f.module != "input"
-                    and f.weight_growth > 3], key=lambda f: f.step if f.step is not None else 10**9)
+                    and f.weight_growth > 3 and (trouble or f.module not in renormed)], key=lambda f: f.step if f.step is not None else 10**9)
     # (a negative weight decay grows weights by itself: the layer it is set for is then where the fault is)
     negative_decay = any(isinstance(g.get("weight_decay"), (int, float)) and g["weight_decay"] < 0
                          for o in data.optimizers for g in o.get("groups") or [] if isinstance(g, dict))
