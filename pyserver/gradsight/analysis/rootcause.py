@@ -92,8 +92,7 @@ def find(data: RunData, findings: list[Finding], curve: LossCurve, t: Thresholds
         # from falling (labels with no signal, say): they are not its cause
         first = _first_sampled(data)
         dying = [f for f in dying if f.kind != "dead_units" or f.step is None or first is None or f.step <= first + 1]
-    squashed = of("saturation", None)
-    tiers.append((5, [f for f in dying + squashed if f.mechanism] + _through_squashing(data, dying) + dying + squashed
+    tiers.append((5, [f for f in dying if f.mechanism] + _through_squashing(data, dying) + dying + of("saturation", None)
                   + of("attention_entropy_collapse")))
     if curve.not_decreasing or curve.near_chance or any(f.kind == "loss_spike" for f in findings):
         tiers.append((6, _stagnation(data, findings, curve, t)))

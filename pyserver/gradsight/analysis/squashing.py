@@ -60,5 +60,4 @@ def detect(d: RunData, t: Thresholds, curve: LossCurve) -> list[Finding]:
                     f"{len(feeding)} hidden layers end in a sigmoid ({', '.join(w for _, w in feeding[:3])}"
                     f"{' ...' if len(feeding) > 3 else ''}): each passes back at most 1/4 of the gradient and gives only "
                     f"positive outputs, so the layers from {where!r} on learn slowly, and the loss made poor progress "
-                    f"({head:.4g} -> {tail:.4g}); a ReLU or GELU between layers learns faster", 0.7, int(d.steps["step"][0]),
-                    mechanism=True)]
+                    f"({head:.4g} -> {tail:.4g}); a ReLU or GELU between layers learns faster", 0.7, int(d.steps["step"][0]))]
