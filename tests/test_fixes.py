@@ -505,3 +505,30 @@ def test_a_finding_outside_the_network_has_its_line_in_the_script() -> None:
     assert s.place_line("loss") == line["        loss = loss_fn(model(xb), yb)"]
     assert s.place_line("input") == line["        loss = loss_fn(model(xb), yb)"]
     assert s.place_line("fc1") is None and Script("def broken(:\n").place_line("optimizer") is None
+
+
+_ACCUM = """
+import torch
+model = torch.nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+sched = torch.optim.lr_scheduler.LinearLR(opt, start_factor=1.0, end_factor=0.0, total_iters=100)
+for i in range(400):
+    loss = model(torch.randn(8, 4)).pow(2).mean()
+    loss.backward()
+    {before}
+    if {guard}:
+        opt.step()
+        opt.zero_grad()
+        {inside}
+"""
+
+
+@pytest.mark.parametrize("before, guard, inside, per_micro_batch", [
+    ("sched.step()", "(i + 1) % 4 == 0", "pass", True),           # the schedule advances 4x per optimizer step
+    ("pass", "(i + 1) % 4 == 0", "sched.step()", False),          # once per optimizer step
+    ("sched.step()", "torch.isfinite(loss)", "pass", False),      # a step skipped on a NaN loss is not accumulation
+])
+def test_a_scheduler_stepped_beside_an_accumulated_step_is_per_micro_batch(before: str, guard: str, inside: str,
+                                                                           per_micro_batch: bool) -> None:
+    s = Script(_ACCUM.format(before=before, guard=guard, inside=inside))
+    assert bool(s.scheduler_steps_per_micro_batch()) is per_micro_batch

@@ -611,6 +611,40 @@ def warmup_too_long(base: Base) -> list[Variant] | None:
     return [Variant("", e.source(), answers("optimizer", "learning_rate_too_low"))]
 
 
+@operator("schedule_horizon_short", "schedule", 2,
+          "Why class 2; Humbatova et al. 'wrong learning rate schedule' (a decay told one epoch's length for a run of several)",
+          expects="optimizer / learning_rate_too_low")
+def schedule_horizon_short(base: Base) -> list[Variant] | None:
+    """Replace the schedule by a linear decay to 0 over an eighth of the run (the length of one epoch, say): the rest of
+    the run trains at a rate of 0."""
+    if base.name not in BASE_STEPS or any(m.flag("plateau") for m in base.all("sched")):
+        return None
+    horizon = max(2, BASE_STEPS[base.name] // 8)
+    e = Edit(base)
+    _install_scheduler(base, e, f"torch.optim.lr_scheduler.PolynomialLR({{opt}}, total_iters={horizon}, power=1.0)", "scheduler")
+    return [Variant("", e.source(), answers("optimizer", ["learning_rate_too_low", "update_ratio_too_low"]))]
+
+
+@operator("scheduler_per_micro_batch", "schedule", 2,
+          "Why class 2; real-bug studies (Islam et al. 2019, 'wrong API usage': a scheduler stepped with the micro-batches)",
+          expects="optimizer / learning_rate_too_low")
+def scheduler_per_micro_batch(base: Base) -> list[Variant] | None:
+    """In an accumulation loop, a linear decay over the run's optimizer steps is stepped after every backward() (each
+    micro-batch): the schedule runs `accum` times too fast and the rate is 0 from a fraction of the run on."""
+    bw, s = base.one("backward"), need(base.one("step"))
+    if bw is None or base.name not in BASE_STEPS or base.one("sched") is not None:
+        return None
+    if len(base.indent(s.line)) <= len(base.indent(bw.line)):  # (the optimizer steps at every backward: no accumulation)
+        return None
+    opt = optimizer_marker(base)
+    var = "self.scheduler" if opt.get("var").startswith("self.") else "scheduler"
+    e = Edit(base)
+    e.insert_after(opt.line, f"{var} = torch.optim.lr_scheduler.LinearLR({opt.get('var')}, start_factor=1.0, end_factor=0.0, "
+                             f"total_iters={BASE_STEPS[base.name]})")
+    e.insert_after(bw.line, f"{var}.step()")
+    return [Variant("", e.source(), answers("optimizer", ["learning_rate_too_low", "update_ratio_too_low"]))]
+
+
 @operator("warmup_bump", "schedule", 4, "bait: a one-cycle warmup to 3x the LR that anneals back", healthy=True, expects="healthy")
 def warmup_bump(base: Base) -> list[Variant] | None:
     """Replace the schedule by OneCycleLR(max_lr=3 x lr): the LR rises 75x from its start, peaks, and anneals; the loss recovers."""

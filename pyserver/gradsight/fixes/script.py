@@ -440,7 +440,29 @@ class Script:
         """Scheduler steps inside a loop over micro-batches (around backward(), not the optimizer's step()): the
         schedule advances once a micro-batch, several times per optimizer step."""
         micro = self.accumulation_loops()
-        return [(s, c) for s, c in self.scheduler_step_calls() if any(self.inside(c, lp) for lp in micro)]
+        opt = self.optimizer
+        steps = self.step_calls(opt.var) if opt is not None else []
+        return [(s, c) for s, c in self.scheduler_step_calls()
+                if any(self.inside(c, lp) for lp in micro) or self._beside_accumulated_step(c, steps)]
+
+    def _beside_accumulated_step(self, call: ast.Call, steps: list[ast.Call]) -> bool:
+        """``call`` runs at every pass of the loop whose optimizer step waits for an accumulation condition
+        (``if (i + 1) % accum == 0: optimizer.step()``) that does not hold ``call``: once per micro-batch."""
+        loops = self.loops_around(call)
+        if not loops:
+            return False
+        loop = loops[-1]
+        fn = self.function_of(call)
+        mine = [c for c in steps if self.function_of(c) is fn and self.inside(c, loop)]
+        if not mine or not any(self.inside(b, loop) for b in self.backward_calls):
+            return False
+
+        def accumulation_guards(node: ast.AST) -> list[ast.If]:
+            return [a for a in self.ancestors(node) if isinstance(a, ast.If) and self.inside(a, loop)
+                    and any(isinstance(d, ast.BinOp) and isinstance(d.op, ast.Mod) for d in ast.walk(a.test))]
+
+        return all(any(not self.inside(call, g) for g in accumulation_guards(c)) for c in mine) and all(
+            accumulation_guards(c) for c in mine)
 
     def epoch_scheduler_steps_per_batch(self) -> list[tuple[Scheduler, ast.Call]]:
         inner, outer = self.inner_loop, self.loop
