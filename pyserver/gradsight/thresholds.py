@@ -60,6 +60,8 @@ class Thresholds:
     clip_ratio_slow: float = 0.25  # SGD-like steps cut to below this fraction by clipping, while the loss makes poor progress
     clip_ratio_low: float = 0.01  # clipping to below this fraction of the gradient's norm (or of its largest element)
     eps_over_grad_rms: float = 10.0  # Adam's eps this many times the gradients' RMS: the update shrinks to lr * g / eps
+    eps_over_grad_rms_late: float = 3.0  # ... or this many times the second half's RMS, with the loss still falling at the end
+    eps_still_falling: float = 0.9  # the last quarter's median loss below this share of the third's: still falling
     penalty_cos_high: float = 0.9  # cos(gradient, weights) above this in most layers: a weight penalty is all of the gradient
     weight_shrink_low: float = 0.5  # weights that shrink below this fraction of their start while the loss does not fall
     weight_shrink_decay: float = 0.8  # ... or below this one while the decay alone would take half of them over the run

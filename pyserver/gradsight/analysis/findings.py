@@ -121,6 +121,16 @@ class Detector:
         before = [j for j in self.layers_fwd if self.rank[j] < self.rank[i]]
         return before[-1] if before else None
 
+    def _rows_without_gradient(self, owner: int, dead: float) -> bool:
+        """Units dead at a layer's output give its weights' rows no gradient: True unless the layer's gradients are
+        recorded and hardly any of them is zero (then the zeros a later layer reads were not made by its units)."""
+        _, zf = self.sampled("grad_zero_frac")
+        if not zf.size:
+            return True
+        col = zf[:, owner].astype(np.float64)
+        col = col[np.isfinite(col)]
+        return not len(col) or float(np.median(col)) >= 0.25 * dead
+
     def sampled(self, kind: str) -> tuple[np.ndarray, np.ndarray]:
         return self.d.metric(kind)
 
@@ -185,7 +195,9 @@ class Detector:
         k = max(3, len(fin) // 5)
         windows = np.lib.stride_tricks.sliding_window_view(fin, k)[:: max(1, k // 10)]  # (~50 windows: linear in steps)
         lowest = float(np.median(windows, axis=1).min())
-        return bool(c.tail < (1.0 - self.t.loss_progress_steady) * c.head and c.tail <= 1.5 * lowest)
+        # (a loss that may go below 0, a density's negative log-likelihood: near its lowest against the fall it made)
+        near = c.tail <= 1.5 * lowest if lowest > 0 else c.tail - lowest <= 0.1 * (c.head - lowest)
+        return bool(c.tail < (1.0 - self.t.loss_progress_steady) * c.head and near)
 
     @cached_property
     def scale_free(self) -> bool:
@@ -423,6 +435,8 @@ class Detector:
                     owner = self.producer(i) if kind == "dead_frac" else self.layer_before(i)
                     if owner is None or owner in seen:
                         continue
+                    if kind == "in_dead_frac" and not self._rows_without_gradient(owner, float(np.median(col[fin]))):
+                        continue  # zeros at the input that the layer before did not make (a mask, the data): its units are alive
                     seen.add(owner)
                     med = float(np.median(col[fin]))
                     where = f"output of {self.names[i]!r}" if kind == "dead_frac" else f"input of {self.names[i]!r}"

@@ -73,16 +73,26 @@ def _floats(d: RunData, key: str) -> list[float]:
     return [float(g[key]) for g in _groups(d) if isinstance(g.get(key), (int, float)) and not isinstance(g.get(key), bool)]
 
 
+def _ratios(v: np.ndarray) -> np.ndarray:
+    """Each rate over the one before (1 where the one before is 0: a rate held at 0 neither jumps nor falls)."""
+    if len(v) < 2:
+        return np.ones(0)
+    prev = v[:-1]
+    return np.divide(v[1:], prev, out=np.ones(len(prev)), where=prev > 0)
+
+
 def learning_rate(d: RunData, t: Thresholds, curve: LossCurve) -> list[Finding]:
     out: list[Finding] = []
     steps, lr = d.steps["step"], d.steps["lr"]
-    ok = np.isfinite(lr) & (lr > 0)
-    if ok.sum() < 5:
+    # (a rate of exactly 0 counts: a schedule that ends early holds it there for the rest of the run)
+    ok = np.isfinite(lr) & (lr >= 0)
+    if ok.sum() < 5 or not float(lr[ok].max()) > 0:
         return out
     v, s = lr[ok], steps[ok]
-    first, peak, n = float(v[0]), float(v.max()), len(d.steps["step"])
+    lead = int(np.argmax(v > 0))  # (a schedule may start at 0: its growth is judged from its first positive rate)
+    first, peak, n = float(v[lead]), float(v.max()), len(d.steps["step"])
     at_peak = int(s[int(np.argmax(v))])
-    jumps = v[1:] / v[:-1] if len(v) > 1 else np.ones(0)
+    jumps = _ratios(v[lead:])
     gradual = not len(jumps) or float(jumps.max()) < 5.0
     # a warmup with no cap: still growing at the end, and the loss stopped improving while it grew
     # (one that stays below the base rate the user set is a warmup longer than the run: too low, below)
@@ -115,7 +125,8 @@ def learning_rate(d: RunData, t: Thresholds, curve: LossCurve) -> list[Finding]:
             if gain < 0.1 and (_poor(curve, t) or float(v[-1]) < t.lr_decay_dead * peak):
                 out.append(Finding(kinds.OPTIMIZER, kinds.LEARNING_RATE_TOO_LOW, "error",
                                    f"the learning rate fell from {_fmt(peak)} to below {_fmt(t.lr_decay_low * peak)} by step {k} "
-                                   f"({share:.0%} of the run: a scheduler stepped every batch?), and the loss stopped falling there "
+                                   f"({share:.0%} of the run: a scheduler stepped every batch, or told a length shorter than the run?), and the "
+                                   f"loss stopped falling there "
                                    f"({at_k:.4g} then)", 0.9, k))
     early = _decayed_early(d, v, s, t, curve)
     if early is not None and not any(f.kind == kinds.LEARNING_RATE_TOO_LOW for f in out):
@@ -139,7 +150,7 @@ def _decayed_early(d: RunData, v: np.ndarray, s: np.ndarray, t: Thresholds, curv
     if n < 20 or not below[-1]:
         return None
     k = int(np.flatnonzero(~below)[-1]) + 1 if (~below).any() else 0
-    jumps = v[1:] / v[:-1]
+    jumps = _ratios(v)
     gradual = int(np.sum(jumps[:k] < 0.99)) >= 5  # a schedule's many small falls, not a few cuts
     at = float(s[k] - d.steps["step"][0]) if k else 0.0  # steps into the run (its last phase)
     if k == 0 or at > t.lr_early_share * n or not gradual:
@@ -198,12 +209,15 @@ def clipping(d: RunData, t: Thresholds, curve: LossCurve) -> list[Finding]:
     return out
 
 
-def _layer_rms(d: RunData) -> float | None:
-    """The median over layers and steps of each layer's gradient RMS (its L2 norm over the root of its size)."""
+def _layer_rms(d: RunData, late: bool = False) -> float | None:
+    """The median over layers and steps of each layer's gradient RMS (its L2 norm over the root of its size);
+    ``late``: over the second half of the run only."""
     _, g = d.metric("grad_norm")
     layers = d.own_layers()
     if not g.size or not layers:
         return None
+    if late:
+        g = g[len(g) // 2:]
     size = np.array([max(1, d.modules[i].own_params) for i in layers], dtype=np.float64)
     rms = g[:, layers].astype(np.float64) / np.sqrt(size)
     rms = rms[np.isfinite(rms) & (rms > 0)]
@@ -218,8 +232,26 @@ def adam_eps(d: RunData, t: Thresholds, curve: LossCurve) -> list[Finding]:
     if not eps or rms is None or rms <= 0:
         return []
     e = max(eps)
-    if e < 1e-4 or e < t.eps_over_grad_rms * rms:
+    if e < 1e-4:
         return []
+    if e < t.eps_over_grad_rms * rms:
+        # nearer the gradients' size, eps still damps every step by rms / (rms + eps): a fault when the gradients of the
+        # run's second half are that small and the loss is still falling at its end (the damped steps are what holds it)
+        late = _layer_rms(d, late=True)
+        loss = d.steps["loss"]
+        fin = loss[np.isfinite(loss)]
+        q = len(fin) // 4
+        if late is None or late <= 0 or e < t.eps_over_grad_rms_late * late or q < 5:
+            return []
+        third, last = float(np.median(fin[2 * q:3 * q])), float(np.median(fin[3 * q:]))
+        if not (third > 0 and last < t.eps_still_falling * third and last > t.converged_share * curve.head):
+            return []
+        damp = late / (late + e)
+        return [Finding(kinds.OPTIMIZER, kinds.OPTIMIZER_EPS_TOO_HIGH, "error",
+                        f"{d.optimizer_type}'s eps={_fmt(e)} is {e / late:.3g}x the gradients' RMS in the second half of the run "
+                        f"({_fmt(late)}): each step is about {damp:.2g} of the normalised step {d.optimizer_type} takes, and the loss "
+                        f"is still falling at the end ({third:.4g} to {last:.4g} in the last quarter)",
+                        min(0.9, 0.6 + 0.2 * math.log10(e / late)), int(d.steps["step"][0]))]
     # far past the threshold the updates are a small fraction of Adam's step, however the loss goes
     severity = "error" if _poor(curve, t) or e >= 3 * t.eps_over_grad_rms * rms else "warning"
     return [Finding(kinds.OPTIMIZER, kinds.OPTIMIZER_EPS_TOO_HIGH, severity,
