@@ -59,6 +59,7 @@ class Thresholds:
     lr_early_share: float = 0.4  # ... from this share of the run on, while the loss still falls: it decayed too early
     clip_ratio_slow: float = 0.25  # SGD-like steps cut to below this fraction by clipping, while the loss makes poor progress
     clip_ratio_low: float = 0.01  # clipping to below this fraction of the gradient's norm (or of its largest element)
+    adam_lr_typical: float = 3e-4  # an Adam-family rate this high is no rate too low (small updates: noisy gradients)
     eps_over_grad_rms: float = 10.0  # Adam's eps this many times the gradients' RMS: the update shrinks to lr * g / eps
     eps_over_grad_rms_late: float = 3.0  # ... or this many times the second half's RMS, with the loss still falling at the end
     eps_still_falling: float = 0.9  # the last quarter's median loss below this share of the third's: still falling

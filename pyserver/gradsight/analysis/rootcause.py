@@ -35,6 +35,8 @@ from .data import SATURATING, RunData
 from .findings import Finding
 from .losscurve import LossCurve
 
+ADAM_FAMILY = {"Adam", "AdamW", "NAdam", "RAdam", "Adamax"}
+
 TIER_WEIGHT = {0: 1.0, 1: 1.0, 2: 0.9, 3: 0.85, 4: 0.8, 5: 0.75, 6: 0.6}
 
 
@@ -212,6 +214,17 @@ def _learning_rate(data: RunData, findings: list[Finding], curve: LossCurve, t: 
             warnings.simplefilter("ignore", RuntimeWarning)  # a layer with no finite value in the window: NaN, dropped below
             per_layer = np.nanmedian(np.where(np.isfinite(early), early, np.nan), axis=0) if np.isfinite(early).any() else np.array([])
         per_layer = per_layer[np.isfinite(per_layer)]
+        # the run's first steps replaced the weights (each moved by more than its own size) in most layers: what follows,
+        # saturated or exploding layers whose updates then shrink, is the rate's doing, however small the later steps
+        opening = ur[: min(3, len(ur))][:, layers].astype(np.float64)
+        replaced = np.where(np.isfinite(opening), opening, 0.0).max(axis=0) > 10 * t.update_ratio_high
+        if len(per_layer) and np.mean(replaced) >= 0.5 and not np.mean(per_layer > t.update_ratio_high) >= 0.5:
+            worst = float(np.nanmax(opening))
+            out.append(Finding("optimizer", "learning_rate_too_high", "error",
+                               f"the first optimizer steps moved {np.mean(replaced):.0%} of the layers by more than their own size "
+                               f"(update ratio mean|dW|/mean|W| up to {worst:.3g}), and the loss "
+                               f"{'does not decrease' if curve.not_decreasing else 'spikes' if curve.spike_step is not None else 'blows up'}"
+                               " after them", 0.8, int(steps[0])))
         if len(per_layer) and np.mean(per_layer > t.update_ratio_high) >= 0.5:
             med = float(np.median(per_layer))
             strength = min(1.0, 0.5 + 0.25 * np.log10(med / t.update_ratio_high + 1e-12) + 0.25)
@@ -259,6 +272,8 @@ def _stagnation(data: RunData, findings: list[Finding], curve: LossCurve, t: Thr
             out.append(Finding("optimizer", "learning_rate_too_low", "error",
                                f"median update ratio {np.median(vals):.3g} < {t.update_ratio_low:g} and the loss "
                                f"{'does not decrease' if curve.not_decreasing else 'ends near chance'}", 0.8))
+        elif len(vals) and np.median(vals) < 10 * t.update_ratio_low and _adam_rate_typical(data, t):
+            pass  # Adam's steps are ~lr each while the gradients agree: small ones at a typical rate are gradients with no direction
         elif len(vals) and np.median(vals) < 10 * t.update_ratio_low and curve.near_chance and not curve.not_decreasing:
             # a classifier that ends near chance with steps a tenth of a healthy size: the steps, not the labels
             out.append(Finding("optimizer", "learning_rate_too_low", "error",
@@ -285,6 +300,14 @@ def _stagnation(data: RunData, findings: list[Finding], curve: LossCurve, t: Thr
                            f"{curve.near_chance}, while gradients and updates look healthy: check that the labels go with their "
                            "inputs", 0.5))
     return out
+
+
+def _adam_rate_typical(data: RunData, t: Thresholds) -> bool:
+    """An Adam-family optimizer whose rate peaked at a typical value: its updates are small only when the gradients
+    change direction from step to step (its first moment averages them away), not for want of a rate."""
+    lr = data.steps["lr"]
+    return (data.optimizer_type in ADAM_FAMILY and bool(np.isfinite(lr).any())
+            and float(np.nanmax(lr)) >= t.adam_lr_typical)
 
 
 def _steady_fall(data: RunData) -> bool:
