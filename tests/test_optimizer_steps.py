@@ -193,3 +193,34 @@ def test_an_optimizer_that_never_steps_is_the_diagnosis(tmp_path: Path) -> None:
     assert (d["root_cause"]["module"], d["root_cause"]["kind"]) == ("optimizer", "not_updated")
     assert "backward() ran 40 times" in d["evidence"] and "never stepped" in d["evidence"]
     assert not d["fixes"] or all(f["id"] != "register-missing-params" for f in d["fixes"])
+
+
+def test_a_model_whose_parts_the_loop_calls_is_watched_whole(tmp_path: Path) -> None:
+    """A matrix factorisation whose embeddings a function of the script calls (the model's own forward never
+    runs): the model is the module holding the optimizer's parameters, every embedding recorded as one of its layers."""
+    run, _, _ = _trace(tmp_path, """\
+        import torch
+        from torch import nn
+        torch.manual_seed(0)
+        class MF(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.user_emb = nn.Embedding(50, 8)
+                self.item_emb = nn.Embedding(40, 8)
+                self.item_bias = nn.Embedding(40, 1)
+        def score(m, u, i):
+            return (m.user_emb(u) * m.item_emb(i)).sum(-1) + m.item_bias(i).squeeze(-1)
+        model = MF()
+        opt = torch.optim.Adagrad(model.parameters(), lr=0.1)
+        for step in range(12):
+            u, p, n = torch.randint(0, 50, (32,)), torch.randint(0, 40, (32,)), torch.randint(0, 40, (32,))
+            loss = -nn.functional.logsigmoid(score(model, u, p) - score(model, u, n)).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        """)
+    with run:
+        assert run.run()["model"] == "MF"
+        names = {m.name for m in run.modules()}
+        assert {"user_emb", "item_emb", "item_bias"} <= names
+        assert len(run.steps()["step"]) == 12

@@ -74,14 +74,20 @@ def detect(d: RunData, t: Thresholds, curve: LossCurve, trouble: bool) -> list[F
         # log-probabilities are never above 0: an nll_loss given values above it scores probabilities (a softmax where
         # log_softmax was meant: the loss runs from -1 to 0 and its gradient does not grow as the model errs) or raw logits
         positive = _share(calls, lambda c: c.get("input_max") is not None and c["input_max"] > 1e-6)
-        if name == "nll_loss" and positive >= 0.8:
+        # (or rows whose exponentials do not sum to 1: raw scores, below 0 as a model may push them)
+        unnormalised = _share(calls, lambda c: (c.get("input_lse_dev") or 0.0) > 0.1)
+        if name in ("nll_loss", "ctc_loss") and (positive >= 0.8 or unnormalised >= 0.8):
             as_probs = probs >= 0.8 and _share(calls, lambda c: (c.get("input_rowsum_dev") or 1.0) < 1e-3) >= 0.8
             given = "probabilities (every row in [0, 1], summing to 1)" if as_probs else (
-                f"values up to {max(c['input_max'] for c in calls):.3g}")
+                f"values up to {max(c['input_max'] for c in calls):.3g}" if positive >= 0.8 else
+                f"scores whose exponentials do not sum to 1 over the classes (log-sum-exp up to "
+                f"{max(float(c.get('input_lse_dev') or 0.0) for c in calls):.3g} from 0)")
             out.append(Finding(kinds.LOSS, kinds.LOSS_TARGET_MISMATCH, "error",
-                               f"nll_loss is given {given}, but it expects log-probabilities (never above 0): it returns minus the "
-                               "true class's input, so the loss is not a likelihood (log_softmax on the output, or "
-                               "cross_entropy on the logits)", 0.95 if as_probs else 0.85, st))
+                               f"{name} is given {given}, but it expects log-probabilities (never above 0): "
+                               + ("it returns minus the true class's input, so the loss is not a likelihood (log_softmax on the "
+                                  "output, or cross_entropy on the logits)" if name == "nll_loss" else
+                                  "the alignments it sums are not probabilities, so the loss is not a likelihood (log_softmax over "
+                                  "the classes first)"), 0.95 if as_probs else 0.85, st))
         if name in LOGIT_BINARY and probs >= 0.8:
             out.append(Finding(kinds.LOSS, kinds.DOUBLE_SIGMOID, "error",
                                f"{name} is given values in [0, 1] (from {min(c['input_min'] for c in calls):.3g} to "

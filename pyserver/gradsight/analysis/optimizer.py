@@ -131,11 +131,15 @@ def learning_rate(d: RunData, t: Thresholds, curve: LossCurve) -> list[Finding]:
     early = _decayed_early(d, v, s, t, curve)
     if early is not None and not any(f.kind == kinds.LEARNING_RATE_TOO_LOW for f in out):
         out.append(early)
-    # (a rate the run never brought near the one chosen for it: wrong unless the loss got where it should anyway)
-    if base is not None and peak < t.lr_base_low * base and (_poor(curve, t) or not progress(curve) >= 0.9):
+    # (a rate the run never brought near the one chosen for it: wrong unless the loss got where it should anyway; a
+    # one-cycle schedule's chosen rate is its max_lr, which it starts a 25th below)
+    top = next((b for b in _floats(d, "max_lr") if b > 0), None)
+    chosen, why = (top, "a one-cycle schedule stepped once an epoch, not once a step?") if top is not None and n >= 20 else (
+        base, "a warmup longer than the run?")
+    if chosen is not None and peak < t.lr_base_low * chosen and (_poor(curve, t) or not progress(curve) >= 0.9):
         out.append(Finding(kinds.OPTIMIZER, kinds.LEARNING_RATE_TOO_LOW, "error",
-                           f"the learning rate never came near its base {_fmt(base)}: at most {_fmt(peak)} ({peak / base:.2g} of it) in "
-                           f"{n} steps (a warmup longer than the run?), and the loss hardly falls", 0.9, int(s[0])))
+                           f"the learning rate never came near its {'max_lr' if chosen is top else 'base'} {_fmt(chosen)}: at most "
+                           f"{_fmt(peak)} ({peak / chosen:.2g} of it) in {n} steps ({why}), and the loss hardly falls", 0.9, int(s[0])))
     return out
 
 

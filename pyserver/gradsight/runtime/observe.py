@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 
 LOSSES = ("cross_entropy", "nll_loss", "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "binary_cross_entropy",
-          "binary_cross_entropy_with_logits", "kl_div", "poisson_nll_loss", "gaussian_nll_loss")
+          "binary_cross_entropy_with_logits", "kl_div", "poisson_nll_loss", "gaussian_nll_loss", "ctc_loss")
 MAX_DISTINCT = 32  # distinct target values counted, at most
 ATTENTION_SAMPLES = 4  # batch rows whose attention is measured on a measured step
 ATTENTION_BYTES = 2 * 2**20  # per attention map kept as a tensor
@@ -127,7 +127,10 @@ class Observer:
                 module = obs._current()
                 if obs._once(f"loss:{name}", module):
                     def note() -> None:
-                        stats = loss_stats(name, input, target, kwargs)
+                        given = kwargs
+                        if name == "ctc_loss" and len(args) >= 4 and "reduction" not in kwargs:  # (nn.CTCLoss passes it by position)
+                            given = {**kwargs, "reduction": args[3]}
+                        stats = loss_stats(name, input, target, given)
                         if isinstance(result, torch.Tensor) and result.numel() == 1:
                             stats["value"] = float(result.detach())  # (the loss function's own value, beside any penalty added)
                         elif isinstance(result, torch.Tensor) and result.numel() > 1 and result.is_floating_point():
@@ -283,6 +286,8 @@ def loss_stats(name: str, input: torch.Tensor, target: torch.Tensor, kwargs: dic
         out["input_rowsum_dev"] = float((xf.sum(-1) - 1).abs().max())  # 0 when its rows are probabilities
         if name in ("cross_entropy", "nll_loss"):
             out["input_rowsum_dev"] = float((xf.sum(1) - 1).abs().max()) if x.dim() >= 2 else out["input_rowsum_dev"]
+        if name in ("nll_loss", "ctc_loss"):  # log-probabilities: each row's exponentials sum to 1 (logsumexp 0) over the classes
+            out["input_lse_dev"] = float(torch.logsumexp(xf, 1 if name == "nll_loss" else -1).abs().max())
     if t.numel():
         tf = t.float()
         out["target_min"], out["target_max"] = float(tf.min()), float(tf.max())

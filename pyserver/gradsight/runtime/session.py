@@ -536,11 +536,34 @@ class Session:
         wanted = {id(p) for opt in optimizers for g in opt.param_groups for p in g["params"]}
         known = set().union(*(w.param_ids for w in self.models)) if self.models else set()
         root = self._forward.choose(wanted - known) if self._forward.candidates else None
+        if root is not None:
+            root = self._holder_of_parts(root, wanted - known)
         if root is None and last_resort and wanted - known:
             root = owner_in_memory(wanted - known) or self._forward.largest(exclude=known)
         if root is None or any(w.root is unwrap(root) for w in self.models):
             return None
         return self._adopt(root)
+
+    def _holder_of_parts(self, root: nn.Module, wanted: set[int]) -> nn.Module:
+        """The loop calls parts of one model, never the model itself (a matrix factorisation's embeddings called
+        by a function of the script's): when the optimizer's parameters lie in several top-level modules called,
+        the model is the smallest module holding them all, if it holds little else."""
+        try:
+            mine = {id(p) for p in root.parameters()}
+            elsewhere = wanted - mine
+            if not elsewhere or not any(elsewhere & {id(p) for p in m.parameters()}
+                                        for m in self._forward.candidates.values() if m is not root):
+                return root
+            holder = owner_in_memory(wanted)
+            if holder is None:  # (a part made again after the optimizer: the model holds the parts called that it steps)
+                called = set().union(*({id(p) for p in m.parameters()} for m in self._forward.candidates.values()))
+                holder = owner_in_memory(wanted & called)
+            if holder is None or holder is root:
+                return root
+            held = {id(p) for p in holder.parameters()}
+            return holder if mine <= held and len(held) <= 2 * len(wanted) else root
+        except Exception:  # (a module whose parameters() fails: the one the loop calls stays the model)
+            return root
 
     def _optimizer_param_ids(self) -> set[int]:
         out: set[int] = set()
@@ -1111,7 +1134,7 @@ def model_name(root: nn.Module, taken: set[str]) -> str:
     return out
 
 
-_HYPER = ("lr", "initial_lr", "weight_decay", "eps", "betas", "momentum", "dampening", "nesterov", "amsgrad", "maximize", "alpha",
+_HYPER = ("lr", "initial_lr", "max_lr", "weight_decay", "eps", "betas", "momentum", "dampening", "nesterov", "amsgrad", "maximize", "alpha",
           "lr_decay", "centered")
 
 
