@@ -293,7 +293,12 @@ def weight_decay(d: RunData, t: Thresholds, curve: LossCurve) -> list[Finding]:
         fin = np.isfinite(a) & np.isfinite(b) & (a > 0)
         collapsed = (bool(fin.sum()) and float(np.mean(b[fin] / a[fin] < t.weight_shrink_low)) >= 0.5
                      and ratio >= t.coupled_decay_over_grad)
-    if wd > 0 and w.size and len(wsteps) >= 2 and (_poor(curve, t) or collapsed):
+    # a coupled decay a small part of the gradient at the start, under a loss flat from its first steps: the gradient
+    # carried no signal before the decay could shrink anything, and Adam's normalised steps of the decay alone shrink
+    # weights whose gradient is ~0 at the rate's full speed, however small the decay (the shrinking is the symptom)
+    first = _decay_over_grad(d, wd, wsteps[:1], w[:1], layers) if ratio is not None and len(wsteps) else None
+    symptom = first is not None and first < 0.1 and curve.not_decreasing and not collapsed
+    if wd > 0 and w.size and len(wsteps) >= 2 and (_poor(curve, t) or collapsed) and not symptom:
         start, end = w[0, layers].astype(np.float64), w[-1, layers].astype(np.float64)
         ok = np.isfinite(start) & np.isfinite(end) & (start > 0)
         if ok.sum():
@@ -320,6 +325,8 @@ def weight_decay(d: RunData, t: Thresholds, curve: LossCurve) -> list[Finding]:
         # coupled decay (added to the gradient): compare its size with the gradient's
         # (plain SGD moves the weights by lr * wd * W a step for the decay: when that sums to a few percent over the
         # run, the decay cannot have moved them, and a gradient it outweighs is one that vanished by itself)
+        lr = d.steps["lr"]
+        pull = (float(np.nanmedian(lr)) if np.isfinite(lr).any() else 0.0) * wd * d.n_steps  # (the decay's share over the run)
         negligible = d.optimizer_type not in ADAPTIVE and pull < 0.05
         if ratio is not None and not out and not negligible:
             # (an adaptive optimizer normalises gradient and decay together: a decay as large as the gradient turns
