@@ -1059,7 +1059,7 @@ def missing_value_nan(base: Base) -> list[Variant] | None:
 
 
 @operator("optimizer_only_head", "param_registration", 0, "classic (layers missing from the optimizer: a fine-tuning recipe's head-only optimizer)",
-          expects="any layer but the head / not_updated")
+          expects="any layer but the head, or the optimizer / not_updated")
 def optimizer_only_head(base: Base) -> list[Variant] | None:
     """Build the optimizer over the output layer's parameters only (copied from a head-only fine-tuning recipe)."""
     m, text = optimizer_call(base)
@@ -1069,7 +1069,8 @@ def optimizer_only_head(base: Base) -> list[Variant] | None:
     h = head(base).get("name")
     new = text.replace(f"{model}.parameters()", f"{access(base, h)}.parameters()")
     layers = [x.get("name") for x in non_head_layers(base)]
-    return [Variant("", Edit(base).replace(m.line, new).source(), answers(layers, "not_updated"))]
+    # (or the optimizer: the fault is in what it was given, as the fault probes' independent authors all accept)
+    return [Variant("", Edit(base).replace(m.line, new).source(), answers([*layers, "optimizer"], "not_updated"))]
 
 
 # ==============================================================================================
@@ -1077,7 +1078,7 @@ def optimizer_only_head(base: Base) -> list[Variant] | None:
 
 
 @operator("layer_missing_from_optimizer", "param_registration", 0, "classic (Humbatova et al. 'missing parameters in the optimizer')",
-          expects="the layer / not_updated")
+          expects="the layer, or the optimizer / not_updated")
 def layer_missing_from_optimizer(base: Base) -> list[Variant] | None:
     """Build the optimizer over every parameter except one module's (a name filter that drops it)."""
     m, text = optimizer_call(base)
@@ -1088,7 +1089,7 @@ def layer_missing_from_optimizer(base: Base) -> list[Variant] | None:
     for layer in base.layers("missing"):
         name = layer.get("name")
         new = text.replace(f"{model}.parameters()", f'[p for n, p in {model}.named_parameters() if not n.startswith("{name}.")]')
-        out.append(Variant(name, Edit(base).replace(m.line, new).source(), answers(name, "not_updated")))
+        out.append(Variant(name, Edit(base).replace(m.line, new).source(), answers([name, "optimizer"], "not_updated")))
     return out
 
 

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
 import numpy as np
 
+from ..store import UNREGISTERED
 from ..thresholds import Thresholds
 from .data import ADAPTIVE, CONTAINERS, EMBEDDINGS, NORMS, REGRESSION, SATURATING, RunData
 
@@ -40,13 +42,14 @@ class Finding:
         return (self.module, self.kind)
 
 
-def _topmost(data: RunData, frozen: dict[int, int]) -> dict[int, int]:
-    """Report frozen parameters at the highest module (below the root) whose parameters are all frozen."""
+def _topmost(data: RunData, frozen: dict[int, int], kept: Callable[[dict[str, Any]], bool] = lambda p: bool(p["trainable"])) -> dict[int, int]:
+    """Report frozen parameters at the highest module (below the root) whose parameters are all frozen (or, with
+    ``kept``, all of another kind: left out of the optimizer)."""
     trainable: dict[str, bool] = {}
     for p in data.params:
         name = data.modules[p["module_id"]].name
         while True:
-            trainable[name] = trainable.get(name, False) or bool(p["trainable"])
+            trainable[name] = trainable.get(name, False) or kept(p)
             if not name:
                 break
             name = name.rpartition(".")[0]
@@ -620,13 +623,20 @@ class Detector:
         if has_opt and len(unstepped) >= 2 and (whole or left > sum(p["numel"] for p in held)):
             # most of the model is left out of the optimizer: it was built over a part of it (the head's parameters)
             kept = sorted({self.names[p["module_id"]] for p in held})
+            out = _topmost(self.d, {mid: 1 for mid in unstepped}, lambda p: bool(p["trainable"] and p["in_optimizer"]))
+            tops = sorted(self.names[mid] for mid in out)
+            said = (f"the optimizer leaves out {', '.join(repr(t) for t in tops)}" if len(tops) < len(kept) and "" not in tops else
+                    f"the optimizer holds only the parameters of {', '.join(repr(k) for k in kept[:3])}{' ...' if len(kept) > 3 else ''}")
             self.add("optimizer", "not_updated", "error",
-                     f"the optimizer holds only the parameters of {', '.join(repr(k) for k in kept[:3])}{' ...' if len(kept) > 3 else ''}; "
-                     f"{left:,} parameters in {len(unstepped)} other modules receive gradients but are never updated", 1.0)
+                     f"{said}; {left:,} parameters in {len(unstepped)} modules receive gradients but are never updated", 1.0)
             unstepped = {}
         for mid, names in unstepped.items():
             self.add(self.names[mid], "not_updated", "error",
                      f"{', '.join(names)} receive gradients but no optimizer updates them", 1.0)
+        for e in self.d.events:
+            if e.kind == "warning" and e.name == UNREGISTERED:
+                # layers kept in a plain list or dict: they run and get gradients, but the model does not hold them
+                self.add(e.module if e.module in self.d.index else self.names[0], "not_updated", "error", e.message, 1.0)
         for mid, n in _topmost(self.d, frozen).items():
             self.add(self.names[mid], "frozen", "info", f"{n} parameters are frozen (requires_grad=False)", 0.5)
         # modules whose behaviour depends on train/eval mode, left in eval mode while the optimizer steps

@@ -143,8 +143,11 @@ def detect(d: RunData, t: Thresholds, curve: LossCurve, trouble: bool) -> list[F
             nonneg = _share(calls, lambda c: c.get("input_min") is not None and c["input_min"] >= 0
                             and (c["input_max"] - c["input_min"] > 1e-6 * (c["target_max"] - c["target_min"])
                                  or c["input_max"] < 1e-3 * (c["target_max"] - c["target_min"])))
-            if below >= 0.8 and nonneg >= 0.8:
-                unit = probs >= 0.8
+            # and the floor shows: outputs pinned at 0 (a ReLU's), held inside [0, 1] (a sigmoid's), or a loss that cannot
+            # fall; positive outputs of a few sampled batches whose targets are mostly positive say nothing by themselves
+            unit = probs >= 0.8
+            floored = _share(calls, lambda c: (c.get("input_zero_frac") or 0) > 0) >= 0.5
+            if below >= 0.8 and nonneg >= 0.8 and (floored or unit or _struggles(curve, 0.5)):
                 out.append(Finding(kinds.LOSS, kinds.LOSS_TARGET_MISMATCH, "error",
                                    f"the model's outputs are never below 0{' and never above 1' if unit else ''} "
                                    f"({'a sigmoid' if unit else 'a ReLU'} on the output?), but {name}'s targets go down to "

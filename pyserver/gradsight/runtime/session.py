@@ -29,7 +29,7 @@ from torch import nn
 
 from .. import __version__
 from ..conditions import Condition
-from ..store import EVENT_ORIGIN, EVENT_SKIPPED, EVENT_TRIGGER, EVENT_WARNING, NEVER_STEPPED, StepRow, StoreWriter, prepare_output
+from ..store import EVENT_ORIGIN, EVENT_SKIPPED, EVENT_TRIGGER, EVENT_WARNING, NEVER_STEPPED, UNREGISTERED, StepRow, StoreWriter, prepare_output
 from ..store.paths import prepare_rank_output
 from ..thresholds import Thresholds
 from . import collect as col
@@ -48,8 +48,9 @@ from .losses import StepLoss
 from .observe import Observer, mask_stats
 from .pause import user_frame
 from .triggers import BUILTIN, Fired, History
+from .unregistered import advice, find_unregistered
 from .values import global_norms, loss_of, nonfinite_counts, step_values
-from .watched import Watched, is_leaf
+from .watched import Watched, is_leaf, prefixed
 from .watches import GradsightStop, StepLimit, Watches
 
 __all__ = ["ACTIVE", "DEFAULT_CAPTURE_BYTES", "DEFAULT_CAPTURE_WINDOW", "DEFAULT_EVERY", "GradsightStop", "Session", "Settings",
@@ -1053,6 +1054,26 @@ class Session:
             self.writer.put_event(self.step, EVENT_WARNING, "not_updated", message=(
                 f"{len(unstepped)} parameters receive gradients but no optimizer updates them: {', '.join(unstepped[:5])}"
                 + (" ..." if len(unstepped) > 5 else "")))
+        self._check_unregistered(w, in_opt)
+
+    def _check_unregistered(self, w: Watched, in_opt: set[int]) -> None:
+        """Modules or parameters held in a plain list or dict of the model: reported once their parameters get
+        gradients that no optimizer holds (they run in the forward, and are never trained)."""
+        if w.unregistered is None:
+            w.unregistered = find_unregistered(w.root)
+        for u in w.unregistered:
+            if u.path in w.unregistered_told:
+                continue
+            left = [p for p in u.params if p.requires_grad and p.grad is not None and id(p) not in in_opt]
+            if not left or self._primary is None:
+                continue
+            w.unregistered_told.add(u.path)
+            n = sum(int(p.numel()) for p in left)
+            what = f"{u.modules} modules" if u.modules else f"{len(u.params)} parameters"
+            self.writer.put_event(self.step, EVENT_WARNING, UNREGISTERED, module=w.names[0], value=float(n), message=(
+                f"{prefixed(w.prefix, u.path)} is a plain Python {u.container} holding {what} ({n:,} parameters): they are not "
+                f"registered in the model, so they are not in its parameters() and no optimizer updates them, though they "
+                f"receive gradients (make it an {advice(u)})"))
 
     def _guard(self, where: str, fn: Callable[[], object]) -> None:
         try:

@@ -24,6 +24,7 @@ from .capture import Inputs
 from .layout import WEIGHTED, Layout
 from .sourcemap import map_modules
 from .triggers import LAYER_TRIGGERS, History, QuickCheck, Trigger, build, condition_check, condition_needs
+from .unregistered import Unregistered
 
 CONFIG_ATTRS = ("p", "negative_slope", "momentum", "eps", "num_heads", "track_running_stats", "batch_first", "dropout",
                 "threshold", "min_val", "max_val", "beta", "alpha")
@@ -81,6 +82,8 @@ class Watched:
         self.params_due = 0  # the next sampled step at which the parameters' set-up is recorded
         self.loss_modules_seen: set[str] = set()
         self.param_ids = {id(p) for p in layout.params}
+        self.unregistered: list[Unregistered] | None = None  # plain containers holding parameters (found at the first check)
+        self.unregistered_told: set[str] = set()
         self.first_step = 0  # the run's step at which it was adopted (a later training phase starts a section there)
 
     def owns(self, optimizer: Any) -> bool:

@@ -94,6 +94,7 @@ EVENT_TRIGGER = "trigger"
 EVENT_BREAKPOINT = "breakpoint"
 EVENT_WARNING = "warning"
 NEVER_STEPPED = "never_stepped"  # a warning event's name: backward() ran and the optimizer never stepped
+UNREGISTERED = "unregistered"  # a warning event's name: parameters in a plain list/dict of the model got gradients, no update
 EVENT_SKIPPED = "skipped"  # a step the optimizer did not take (GradScaler), recorded as its own step
 EVENT_ORIGIN = "origin"  # where the runtime traced non-finite values to (a module whose backward made them)
 
