@@ -1059,13 +1059,14 @@ class Session:
     def _check_unregistered(self, w: Watched, in_opt: set[int]) -> None:
         """Modules or parameters held in a plain list or dict of the model: reported once their parameters get
         gradients that no optimizer holds (they run in the forward, and are never trained)."""
+        if self._primary is None:
+            return
         if w.unregistered is None:
             w.unregistered = find_unregistered(w.root)
         for u in w.unregistered:
-            if u.path in w.unregistered_told:
-                continue
-            left = [p for p in u.params if p.requires_grad and p.grad is not None and id(p) not in in_opt]
-            if not left or self._primary is None:
+            left = [] if u.path in w.unregistered_told else [
+                p for p in u.params if p.requires_grad and p.grad is not None and id(p) not in in_opt]
+            if not left:
                 continue
             w.unregistered_told.add(u.path)
             n = sum(int(p.numel()) for p in left)

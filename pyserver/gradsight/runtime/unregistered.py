@@ -44,15 +44,10 @@ def find_unregistered(root: nn.Module) -> list[Unregistered]:
                 elif isinstance(item, nn.Module):
                     modules += 1
                     params.extend(item.parameters())
-            seen: set[int] = set()
-            own = []
-            for p in params:
-                if id(p) not in registered and id(p) not in seen:
-                    seen.add(id(p))
-                    own.append(p)
+            own = {id(p): p for p in params if id(p) not in registered}  # (a module listed twice counts once)
             if own:
-                out.append(Unregistered(f"{name}.{attr}" if name else attr, type(value).__name__ if isinstance(value, (list, tuple))
-                                        else "dict", modules, tuple(own)))
+                kind = "dict" if isinstance(value, dict) else type(value).__name__
+                out.append(Unregistered(f"{name}.{attr}" if name else attr, kind, modules, tuple(own.values())))
     return out
 
 
