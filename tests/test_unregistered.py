@@ -67,6 +67,15 @@ def test_blocks_in_a_plain_list_are_named_as_never_trained(tmp_path: Path) -> No
     assert d["evidence"].startswith("blocks is a plain Python list holding 3 modules (3,168 parameters)")
     assert "nn.ModuleList" in d["evidence"]
     assert "teacher" not in json.dumps(d)  # frozen: no gradient, nothing to report
+    # the first fix registers the list where the class assigns it, and a real re-run validates it
+    fix = d["fixes"][0]
+    assert fix["id"] == "register-layer-container", [f["id"] for f in d["fixes"]]
+    assert "self.blocks = nn.ModuleList([nn.Linear(32, 32) for _ in range(3)])" in fix["snippet"], fix
+    assert "teacher" not in fix["snippet"]
+    done = run_gradsight("validate", str(tmp_path / "run.db"), "--fix", fix["id"], "--json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    got = json.loads(done.stdout)["fixes"][0]
+    assert got["verdict"] == "validated" and got["loss"] < got["loss_before"], got
 
 
 @pytest.mark.parametrize("blocks, params", [

@@ -399,6 +399,13 @@ def params_not_in_optimizer(c: Context) -> bool:
 
 
 @premise
+def layers_in_plain_container(c: Context) -> bool:
+    """The run found parameters kept in a plain list or dict of a model (they get gradients and are never stepped),
+    and the script assigns that container in the model's class."""
+    return bool(sites.plain_containers(c))
+
+
+@premise
 def optimizer_on_other_model(c: Context) -> bool:
     """Every parameter the optimizer holds is frozen, and the training step runs (outside no_grad) another model the
     optimizer was not given: it was built over the wrong model's parameters (the teacher's for its student's)."""

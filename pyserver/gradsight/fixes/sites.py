@@ -7,6 +7,7 @@ import ast
 import re
 from typing import TYPE_CHECKING, Any
 
+from ..store import UNREGISTERED
 from .script import INPLACE_INIT, Script, dotted, kwarg, number, short
 
 if TYPE_CHECKING:
@@ -216,3 +217,28 @@ def _unique(nodes: list[Any]) -> list[Any]:
 
 
 __all__ = ["ctor_of", "dropout_sites", "hidden_activations", "kwarg", "output_activations", "relu_after", "weight_edits"]
+
+
+PLAIN_CONTAINERS = (ast.List, ast.ListComp, ast.Tuple, ast.Dict, ast.DictComp)
+
+
+def plain_containers(c: Context) -> list[tuple[ast.AST, str, ast.ClassDef]]:
+    """Where the run found layers kept in a plain list or dict of a model (its UNREGISTERED warnings): the value
+    assigned to ``self.<attribute>`` in the script's class of that name, with the container to use instead."""
+    out: list[tuple[ast.AST, str, ast.ClassDef]] = []
+    for e in c.data.events:
+        if e.kind != "warning" or e.name != UNREGISTERED:
+            continue
+        attr, owner, use = (str(e.data.get(k, "")) for k in ("attribute", "owner", "use"))
+        if use not in ("ModuleList", "ModuleDict", "ParameterList", "ParameterDict") and not use.startswith("nn."):
+            continue
+        for node in ast.walk(c.script.tree):
+            if not (isinstance(node, ast.Assign) and len(node.targets) == 1 and dotted(node.targets[0]) == f"self.{attr}"):
+                continue
+            cls = c.script.class_of(node)
+            value = node.value
+            plain = isinstance(value, PLAIN_CONTAINERS) or (
+                isinstance(value, ast.Call) and dotted(value.func) in ("list", "tuple", "dict") and len(value.args) <= 1)
+            if cls is not None and cls.name == owner and plain:
+                out.append((value, use.rpartition(".")[2], cls))
+    return out

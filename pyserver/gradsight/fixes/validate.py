@@ -189,7 +189,7 @@ def run_one(data: RunData, fix: dict[str, Any], k_steps: int, cause_kind: str | 
     if not lower and _improper(before) and np.isfinite(loss1) and min(after.values(), default=0.0) >= 0:
         lower = True  # the faulty loss went below 0, which no proper loss does (targets outside the loss's range): not a fit to beat
     label = kinds.label(cause_kind) if cause_kind else "the fault"
-    parts = [f"{'no ' + label if not same else label + ' remains'} through step {last}",
+    parts = [f"{label + ' gone' if not same else label + ' remains'} through step {last}",
              f"loss {_num(loss1)} vs {_num(loss0)} at step {at1 or upto}", f"grad norm <= {_num(g1)} (was {_num(g0)})"]
     if not ok_exit:
         parts.insert(0, f"exit status {status}: " + (" | ".join(tail) if tail else ""))

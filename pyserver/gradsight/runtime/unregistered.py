@@ -22,6 +22,7 @@ class Unregistered:
 
     path: str  # "blocks", "encoder.heads"
     container: str  # "list", "tuple", "dict"
+    owner: str  # the class of the module whose attribute it is ("Encoder"): where a fix finds the assignment
     modules: int  # modules in it
     params: tuple[nn.Parameter, ...]
 
@@ -47,7 +48,7 @@ def find_unregistered(root: nn.Module) -> list[Unregistered]:
             own = {id(p): p for p in params if id(p) not in registered}  # (a module listed twice counts once)
             if own:
                 kind = "dict" if isinstance(value, dict) else type(value).__name__
-                out.append(Unregistered(f"{name}.{attr}" if name else attr, kind, modules, tuple(own.values())))
+                out.append(Unregistered(f"{name}.{attr}" if name else attr, kind, type(mod).__name__, modules, tuple(own.values())))
     return out
 
 
