@@ -117,3 +117,19 @@ def test_a_zeroed_layer_before_a_relu_stays_zero_and_is_named(tmp_path: Path) ->
     cause = d["root_cause"]
     assert cause is not None, d["checked"]
     assert (cause["module"], cause["kind"]) == ("blocks.0.fc1", "poor_initialization"), d["evidence"]
+
+
+def test_weights_initialised_tiny_everywhere_are_named_though_biases_keep_their_default(tmp_path: Path) -> None:
+    """An init loop that sets every layer's weights to std 1e-3 and leaves the biases at PyTorch's default: the
+    biases are most of each layer's norm, and Adam grows every layer from near zero at once. The weights' own scale
+    at the first step names the first layer, not the vanishing gradients in a norm after it."""
+    source = RESIDUAL.replace('''with torch.no_grad():
+    ZERO.weight.zero_()
+    ZERO.bias.zero_()''', '''for m in model.modules():
+    if isinstance(m, nn.Linear):
+        nn.init.normal_(m.weight, std=1e-3)''')
+    d = _diagnose(tmp_path, source)
+    cause = d["root_cause"]
+    assert cause is not None, d["checked"]
+    assert (cause["module"], cause["kind"]) == ("inp", "poor_initialization"), d["evidence"]
+    assert "layers start this small" in d["evidence"]

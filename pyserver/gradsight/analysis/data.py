@@ -116,9 +116,13 @@ def _load(path: str) -> RunData:
         width = len(modules)
         if [m.id for m in modules] != list(range(width)):
             raise ValueError("the modules table's ids are not 0..n-1")
-        metrics = {kind: store.metric(kind, width=width) for kind in PER_MODULE if kind in set(store.metric_kinds())}
+        kinds = set(store.metric_kinds())
+        metrics = {kind: store.metric(kind, width=width) for kind in PER_MODULE if kind in kinds}
+        params = store.params()
+        if "param_weight_norm" in kinds:  # (per parameter: its columns are the params table's ids)
+            metrics["param_weight_norm"] = store.metric("param_weight_norm", width=len(params))
         inp_steps, inp = store.metric("input_stats", width=5)
-        data = RunData(str(path), run, modules, store.params(), steps, metrics, store.events(), (inp_steps, inp),
+        data = RunData(str(path), run, modules, params, steps, metrics, store.events(), (inp_steps, inp),
                        observations=store.observations(), model_steps=store.model_steps())
     data.index = {m.name: m.id for m in modules}
     return _last_phase(data)

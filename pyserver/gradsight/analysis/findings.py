@@ -307,11 +307,13 @@ class Detector:
         parent = self.d.modules[i].parent
         inside = self.d.index.get(parent) if parent else None
         affine = self.types[i].startswith(("Linear", "Conv", "Embedding", "LazyLinear"))
-        if affine and inside is not None and self.types[inside] not in CONTAINERS and self._weights_finite(i, step):
+        # (a dropout, an activation or a pooling has no weights, and makes no NaN of a finite input either)
+        passes = self.types[i] in self._SAFE_BACKWARD and self.d.modules[i].own_params == 0
+        if (affine or passes) and inside is not None and self.types[inside] not in CONTAINERS and (passes or self._weights_finite(i, step)):
             self.add(self.names[inside], "nan_inf", "error",
-                     f"first non-finite output at step {step} in {self.names[i]!r} ({self.types[i]}, {how}), whose weights are "
-                     f"finite: a {self.types[i]} makes no NaN of a finite input, so it came from {self.names[inside]!r}'s own "
-                     "computation before it", 1.0, step)
+                     f"first non-finite output at step {step} in {self.names[i]!r} ({self.types[i]}, {how})"
+                     f"{'' if passes else ', whose weights are finite'}: a {self.types[i]} makes no NaN of a finite input, "
+                     f"so it came from {self.names[inside]!r}'s own computation before it", 1.0, step)
             return
         self.add(self.names[i], "nan_inf", "error", f"first non-finite output at step {step} (type {self.types[i]}; {how})", 1.0, step)
 
@@ -528,13 +530,25 @@ class Detector:
         if not w.size:
             return
         shapes: dict[int, list[list[int]]] = {}
+        largest: dict[int, tuple[int, int]] = {}  # module -> (its largest own parameter's id, numel): the weight matrix
         for p in self.d.params:
-            shapes.setdefault(p["module_id"], []).append(json.loads(p["shape"]))
+            shape = json.loads(p["shape"])
+            shapes.setdefault(p["module_id"], []).append(shape)
+            if p["numel"] > largest.get(p["module_id"], (-1, 0))[1]:
+                largest[p["module_id"]] = (int(p["id"]), int(p["numel"]))
         first = w[0].astype(np.float64)
+        # each parameter's own norm at the first sampled step, where recorded: the bias apart (a layer's bias keeps
+        # PyTorch's default when an init loop sets only the weights, and its norm can be most of the layer's)
+        psteps, pw = self.d.metric("param_weight_norm")
+        own = pw[0].astype(np.float64) if pw.size and len(psteps) and psteps[0] == steps[0] else None
+        judged: list[tuple[int, float]] = []
         for i in self.layers:
             shape = max(shapes.get(i, [[1]]), key=lambda s: int(np.prod(s)) if s else 1)
             numel = max(1, self.d.modules[i].own_params)
             rms = first[i] / math.sqrt(numel)
+            pid, pnumel = largest.get(i, (-1, 0))
+            if own is not None and 0 <= pid < len(own) and pnumel and math.isfinite(float(own[pid])):
+                rms = float(own[pid]) / math.sqrt(pnumel)
             if not math.isfinite(rms):
                 continue
             if self.types[i] in EMBEDDINGS:
@@ -546,11 +560,19 @@ class Detector:
                 gain = rms * math.sqrt(fan_in)  # ~0.58 for PyTorch's default, ~1.4 for Kaiming
             else:
                 continue
+            judged.append((i, gain))
+        # most layers started near zero: the signal vanishes through all of them at once, and no layer next to one
+        # of them carries it (one zeroed layer among sane ones, a residual branch's last, trains by its neighbours)
+        low = [i for i, gain in judged if gain < self.t.init_gain_low]
+        all_low = len(low) >= max(2, 0.5 * len(judged))
+        for i, gain in judged:
             high = self.t.embedding_rms_high if self.types[i] in EMBEDDINGS else self.t.init_gain_high
             if gain > high or gain < self.t.init_gain_low:
                 evidence = (f"initial weight scale {_fmt(gain)} ({'RMS' if self.types[i] in EMBEDDINGS else 'RMS x sqrt(fan-in)'}; "
                             f"PyTorch's default gives {'1' if self.types[i] in EMBEDDINGS else '~0.6'}, healthy below {high:g})")
-                grew = self._grew_from_zero(i, w) if gain < self.t.init_gain_low else None
+                if all_low and gain < self.t.init_gain_low:
+                    evidence += f"; {len(low)} of {len(judged)} layers start this small"
+                grew = self._grew_from_zero(i, w) if gain < self.t.init_gain_low and not all_low else None
                 if grew is not None:
                     # a zero start blocks nothing while the gradient reaches the layer (it does unless the layer next to
                     # it is zero too or a ReLU's zeros stop it): the last layer of a residual branch or an output layer

@@ -51,7 +51,10 @@ def _output_layer(d: RunData) -> str | None:
     """The last layer in forward order (the one producing the model's output)."""
     rank = d.forward_rank()
     layers = sorted(d.own_layers(), key=lambda i: rank[i])
-    return d.modules[layers[-1]].name if layers else None
+    # (a layer whose forward never runs, an attention's out_proj used through its weights, is not the last to run)
+    _, act = d.metric("act_max")
+    ran = [i for i in layers if act.size and np.isfinite(act[:, i].astype(np.float64)).any()]
+    return d.modules[(ran or layers)[-1]].name if layers else None
 
 
 def detect(d: RunData, t: Thresholds, curve: LossCurve, trouble: bool) -> list[Finding]:
@@ -138,10 +141,11 @@ def detect(d: RunData, t: Thresholds, curve: LossCurve, trouble: bool) -> list[F
                                        f"they broadcast to {shape}, every prediction against every target (PyTorch warns of this)", 1.0, st))
         if name in REGRESSION:
             below = _share(calls, lambda c: c.get("target_min") is not None and c["target_min"] < -0.05 * max(abs(c["target_max"]), 1e-6))
-            # outputs that vary (a collapsed, constant output says nothing of their range) and are never negative, or
+            # outputs that vary (a collapsed, near-constant output, tiny weights' first steps, says nothing of their range)
+            # and are never negative, or
             # that are pinned to 0 itself, the floor of a sigmoid or ReLU the loss pushed them onto
             nonneg = _share(calls, lambda c: c.get("input_min") is not None and c["input_min"] >= 0
-                            and (c["input_max"] - c["input_min"] > 1e-6 * (c["target_max"] - c["target_min"])
+                            and (c["input_max"] - c["input_min"] > 1e-3 * (c["target_max"] - c["target_min"])
                                  or c["input_max"] < 1e-3 * (c["target_max"] - c["target_min"])))
             # and the floor shows: outputs pinned at 0 (a ReLU's), held inside [0, 1] (a sigmoid's), or a loss that cannot
             # fall; positive outputs of a few sampled batches whose targets are mostly positive say nothing by themselves

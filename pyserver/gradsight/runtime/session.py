@@ -890,6 +890,10 @@ class Session:
             if kind in mods:
                 self.writer.put_metric(c.step, kind, mods[kind], part=w.part)
         self.writer.put_metric(c.step, "param_grad_norm", c.sample.l2, part=w.part)
+        wl2 = c.sample.weight_l2
+        if wl2 is not None and len(wl2) == len(w.layout.params) and not w.layout.sharded_any:
+            # each parameter's own norm (a layer's weight matrix apart from its bias: the scale an initialisation sets)
+            self.writer.put_metric(c.step, "param_weight_norm", wl2, part=w.part)
         if "input" in c.host:
             self.writer.put_metric(c.step, "input_stats", c.host["input"], part=w.part)
         rec = w.recorder

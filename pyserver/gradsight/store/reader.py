@@ -16,7 +16,7 @@ import numpy as np
 from .paths import SQLITE_HEADER, ro_uri
 from .schema import VALIDATIONS, StoreError, check_version
 
-PER_PARAMETER = frozenset({"param_grad_norm"})  # metric kinds over parameters, not modules
+PER_PARAMETER = frozenset({"param_grad_norm", "param_weight_norm"})  # metric kinds over parameters, not modules
 PER_MODEL = frozenset({"input_stats"})  # metric kinds of a model as a whole
 
 
