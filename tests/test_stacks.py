@@ -180,3 +180,32 @@ def test_a_custom_function_whose_backward_makes_an_inf_is_traced_to_its_module(t
     assert "anomaly at step 0: nan_inf" in err
     rc = _diagnose(db)["root_cause"]
     assert rc["module"] == "act" and rc["kind"] == "nan_inf"  # where it starts, not fc1 (its victim)
+
+
+@pytest.mark.parametrize("how", ["trace", "callback"])
+def test_lightning_blocks_in_a_plain_list_are_named_and_the_fix_registers_them(tmp_path: Path, how: str) -> None:
+    """configure_optimizers gives Adam self.parameters(), which a plain list's layers are not in: named on the
+    model (not a weakref proxy's type), the model's health counts it, and the fix, validated by a re-run, makes the
+    list an nn.ModuleList."""
+    import subprocess
+
+    if how == "trace":
+        db, _, _ = _trace(tmp_path, "lightning_plain_list.py")
+    else:
+        db = tmp_path / "cb.db"
+        env = {**os.environ, "PYTHONPATH": str(ROOT / "pyserver")}
+        proc = subprocess.run([sys.executable, str(STACKS / "lightning_plain_list.py"), "--callback", str(db)], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    d = _diagnose(db)
+    assert d["run"]["model"] == "Reg"
+    assert (d["root_cause"]["module"], d["root_cause"]["kind"]) == ("", "not_updated"), d["root_cause"]
+    assert "blocks is a plain Python list holding 3 modules" in d["evidence"]
+    assert d["health"] <= 50
+    if how == "trace":  # (the callback's run has the script's argv too, but one re-run shows the fix)
+        fix = d["fixes"][0]
+        assert fix["id"] == "register-layer-container" and "nn.ModuleList([nn.Linear(32, 32)" in fix["snippet"], fix
+        done = run_gradsight("validate", str(db), "--fix", fix["id"], "--json", cwd=tmp_path)
+        assert done.returncode == 0, done.stderr[-3000:]
+        got = json.loads(done.stdout)["fixes"][0]
+        assert got["verdict"] == "validated" and got["loss"] < got["loss_before"], got

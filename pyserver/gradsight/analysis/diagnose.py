@@ -6,7 +6,8 @@ Health (0-100). A module starts at 100 and loses, for each issue found on it,
 info, where ``s`` is the issue's strength (0-1); the result is clamped to 0-100.
 The model's health is the mean of the worst layer's and the average layer's
 scores, less the same penalties for issues outside the layers (the loss, the
-optimizer, the input), clamped to 0-100.
+optimizer, the input) and for errors on modules that are not layers (the model
+itself, a block), clamped to 0-100.
 """
 
 from __future__ import annotations
@@ -146,6 +147,9 @@ def assemble(data: RunData, findings: list[Finding], cause: RootCause | None) ->
     outside = [f for f in findings if f.module in OUTSIDE]
     model = (0.5 * min(scores) + 0.5 * float(np.mean(scores))) if scores else 100.0
     model -= sum(penalty(f) for f in outside if f.severity != "info")
+    # an error on the model itself or on a block of layers (a list of layers it does not hold, a NaN its own code
+    # made) is the model's too, though no layer carries it
+    model -= sum(penalty(f) for f in findings if f.severity == "error" and f.module in data.index and data.index[f.module] not in own)
     reported = {f.kind for f in findings}
     run = {"path": data.path, "script": data.run.get("script"), "steps": data.n_steps, "status": data.run.get("status"),
            "model": data.run.get("model"), "optimizer": data.run.get("optimizer"), "phase": data.phase,

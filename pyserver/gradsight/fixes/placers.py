@@ -553,17 +553,12 @@ def register_missing_params(c: Context, p: Patch) -> str:
     return f"the optimizer updates the {len(missing)} parameter tensors it did not hold"
 
 
-def _nn_for(s: Script, cls: ast.ClassDef) -> str:
-    """How the script names torch.nn where ``cls`` is written: its base class's prefix (``nn.Module``)."""
-    for b in cls.bases:
-        name = dotted(b)
-        if name.endswith("Module") and "." in name:
-            return name.rpartition(".")[0] + "."
-    if "nn" in s.bound_at_module():
-        return "nn."
-    if "torch" in s.bound_at_module():
-        return "torch.nn."
-    raise NoPlace(f"no name for torch.nn where {cls.name} is written")
+def _nn_for(s: Script) -> str:
+    """How the script names torch.nn, from its imports (a LightningModule's base says nothing of it)."""
+    nn = s.torch_nn()
+    if nn is None:
+        raise NoPlace("the script does not import torch.nn")
+    return nn + "."
 
 
 @placer
@@ -571,8 +566,8 @@ def register_container(c: Context, p: Patch) -> str:
     found = sites.plain_containers(c)
     if not found:
         raise NoPlace("no plain list or dict of layers assigned in the model's class")
-    for value, use, cls in found:
-        p.replace_node(value, f"{_nn_for(c.script, cls)}{use}({p.s.segment(value)})")
+    for value, use, _ in found:
+        p.replace_node(value, f"{_nn_for(c.script)}{use}({p.s.segment(value)})")
     uses = sorted({use for _, use, _ in found})
     return f"the layers are registered ({', '.join(uses)}): in parameters(), stepped by the optimizer, saved in state_dict"
 

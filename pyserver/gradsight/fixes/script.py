@@ -301,6 +301,22 @@ class Script:
                 out.append(node)
         return sorted(out, key=lambda s: s.lineno)
 
+    def torch_nn(self) -> str | None:
+        """How the script's top level names ``torch.nn`` (``nn``, ``torch.nn``), from its imports; None if it does not."""
+        whole = None
+        for node in self.tree.body:
+            if isinstance(node, ast.Import):
+                for a in node.names:
+                    if a.name == "torch.nn" and a.asname:
+                        return a.asname
+                    if a.name in ("torch", "torch.nn") and not a.asname:
+                        whole = "torch.nn"
+            elif isinstance(node, ast.ImportFrom) and node.module == "torch" and node.level == 0:
+                for a in node.names:
+                    if a.name == "nn":
+                        return a.asname or "nn"
+        return whole
+
     def loss_calls(self) -> list[ast.Call]:
         """Calls that compute a loss: ``F.cross_entropy(...)`` and calls of a variable bound to ``nn.XLoss()``."""
         criteria: dict[str, str] = {}

@@ -359,6 +359,10 @@ class ForwardWatch:
 def unwrap(module: nn.Module) -> nn.Module:
     """The user's model inside the wrappers that training adds (DistributedDataParallel, DataParallel,
     torch.compile's OptimizedModule): its module names are the user's, without ``module.`` or ``_orig_mod.``."""
+    if isinstance(module, weakref.ProxyTypes):  # (Lightning hands its module out as a weakref.proxy)
+        real = getattr(getattr(module, "__init__", None), "__self__", None)  # a method through a proxy is bound to the module
+        if isinstance(real, nn.Module):
+            module = real
     for _ in range(8):
         inner = getattr(module, "_orig_mod", None) if type(module).__name__ == "OptimizedModule" else None
         if inner is None and type(module).__name__ in ("DistributedDataParallel", "DataParallel"):
