@@ -445,7 +445,10 @@ class Detector:
                     seen.add(owner)
                     med = float(np.median(col[fin]))
                     where = f"output of {self.names[i]!r}" if kind == "dead_frac" else f"input of {self.names[i]!r}"
-                    self.add(self.names[owner], "dead_units", severity,
+                    # every unit of the layer off at every sampled step: the layer is cut out of the network, however
+                    # well the rest of it (a residual path around it) makes the loss fall
+                    whole = bool(hit.sum() == fin.sum() and float(col[fin].min()) >= 0.99)
+                    self.add(self.names[owner], "dead_units", "error" if whole else severity,
                              f"{med:.0%} of the units are dead (zero for the whole batch) at the {where} on {int(hit.sum())} of "
                              f"{int(fin.sum())} sampled steps", min(1.0, 0.5 + med / 2), int(steps[np.flatnonzero(hit)[0]]))
         steps, zf = self.sampled("grad_zero_frac")

@@ -201,7 +201,8 @@ def detect(d: RunData, t: Thresholds, curve: LossCurve, trouble: bool) -> list[F
                 if per_row > t.initial_loss_over_log_classes * ln_c and per_row > ln_c + 2:
                     out.append(Finding(head, kinds.POOR_INITIALIZATION, "error",
                                        f"the cross-entropy at step {at} is {first_loss:.4g}, {first_loss / ln_c:.3g}x ln({classes[0]}) = {ln_c:.3g}, "
-                                       "what an output layer that starts near zero gives: its logits start far too large", 0.85, at))
+                                       "what an output layer that starts near zero gives: its logits start far too large", 0.85, at,
+                                       mechanism=True))  # (the loss shows it at the first step: no activation need be out of range)
     return out
 
 

@@ -179,7 +179,8 @@ def _from_start(inside: list[Finding], init: list[Finding], data: RunData) -> li
         return init[:1]  # no activation statistics: the weights' scale is the evidence
     first = int(steps[0])
     at_start = not inside or (inside[0].step is not None and inside[0].step <= first + 1)
-    return init[:1] if at_start else []
+    # a first loss far above what the output layer implies is the initial scale seen at the start itself
+    return init[:1] if at_start else [f for f in init if f.mechanism and f.step is not None and f.step <= first + 1][:1]
 
 
 def _learning_rate(data: RunData, findings: list[Finding], curve: LossCurve, t: Thresholds, anomaly: int | None) -> list[Finding]:
