@@ -94,15 +94,17 @@ def test_a_diverging_lightning_run_is_caught_and_diagnosed(tmp_path: Path) -> No
     assert d["root_cause"]["module"] == "optimizer" and d["root_cause"]["kind"] == "learning_rate_too_high"
 
 
-def test_lightning_callback_watches_a_run_without_trace(tmp_path: Path) -> None:
+@pytest.mark.parametrize("mode", [[], ["--manual"]], ids=["automatic", "manual"])
+def test_lightning_callback_watches_a_run_without_trace(tmp_path: Path, mode: list[str]) -> None:
     import subprocess
 
     env = {**os.environ, "PYTHONPATH": str(ROOT / "pyserver")}
-    proc = subprocess.run([sys.executable, str(STACKS / "lightning_loop.py"), "--callback", str(tmp_path / "cb.db")], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run([sys.executable, str(STACKS / "lightning_loop.py"), *mode, "--callback", str(tmp_path / "cb.db")], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     with RunStore(tmp_path / "cb.db") as run:
-        assert len(run.steps()["step"]) == 30 and np.isfinite(run.steps()["loss"]).all()
+        steps = run.steps()
+        assert len(steps["step"]) == 30 and np.isfinite(steps["loss"]).all() and (steps["grad_norm"] > 0).all()
         assert [m.name for m in run.modules()][:2] == ["", "0"]  # the LightningModule's net: named as gradsight trace names it
 
 
@@ -128,6 +130,24 @@ def test_a_gans_two_networks_are_both_recorded(tmp_path: Path) -> None:
         _, g = run.metric("grad_norm")
         ids = {m.name: m.id for m in run.modules()}
         assert np.isfinite(g[:, ids["netG.0"]]).all() and np.isfinite(g[:, ids["netD.0"]]).all()
+
+
+def test_a_lightning_gan_through_the_callback_records_both_networks_by_name(tmp_path: Path) -> None:
+    """Two optimizers in configure_optimizers, manual optimization, the discriminator stepped before the generator
+    (the first optimizer, the run's clock): each network is a model named by its attribute, and every one of the
+    discriminator's steps is recorded at the step it belongs to."""
+    import subprocess
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "pyserver")}
+    proc = subprocess.run([sys.executable, str(STACKS / "lightning_gan.py"), "--callback", str(tmp_path / "cb.db")], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    with RunStore(tmp_path / "cb.db") as run:
+        assert [m["name"] for m in run.run()["models"]] == ["netG", "netD"]
+        assert {"netG.0", "netG.2", "netD.0", "netD.2"} <= {m.name for m in run.modules()}
+        assert len(run.steps()["step"]) == 15  # 30 optimizer steps in Lightning's global_step: 15 of each network
+        (other,) = run.model_steps().values()
+        assert other["step"].tolist() == list(range(15)) and np.isfinite(other["loss"]).all()
 
 
 def test_a_second_training_phase_is_a_new_section(tmp_path: Path) -> None:

@@ -30,7 +30,14 @@ class GradsightCallback(lightning.Callback):
 
         if self.handle is not None:
             return
+        from ..runtime.session import NAME_HINTS
+
         optimizers = [inner_optimizer(o) for o in (trainer.optimizers or [])]
+        paths = {id(m): name for name, m in pl_module.named_modules() if name}
+        for opt in optimizers:  # (a GAN's models are named by their attributes, netG and netD, as trace names them)
+            owner = owner_module(pl_module, opt)
+            if id(owner) in paths:
+                NAME_HINTS[owner] = paths[id(owner)]
         if not optimizers:
             self.handle = gradsight.watch(pl_module, store=self.store, **self.options)
             return

@@ -659,15 +659,20 @@ class Session:
         self.watches.refresh(self.writer, self.step)  # a watch set from the editor turns deferral off before its step
         return not self.watches.triggers
 
-    def _step_of(self, clock: bool) -> int:
+    def _step_of(self, w: Watched, clock: bool) -> int:
         """The run's step a model's step belongs to: the clock's own, or for another model the clock's step
-        it followed (a GAN's generator step after the discriminator's step s is step s)."""
-        return self.step if clock or self.step == 0 else self.step - 1
+        it followed (a GAN's generator step after the discriminator's step s is step s), or the one it comes
+        before, when it stepped first of all (a primary named by ``watch`` that steps second in its loop)."""
+        if clock:
+            return self.step
+        if w.leads is None:
+            w.leads = self.step == 0
+        return self.step if w.leads or self.step == 0 else self.step - 1
 
     def _collect(self, w: Watched, clock: bool) -> Collected | Pending:
         """Collect on the device: the common step's fused norms, or everything a sampled step needs."""
         layout = w.layout
-        step = self._step_of(clock)
+        step = self._step_of(w, clock)
         sampled = self._sampled(step) if clock else w.recorder.armed or bool(w.recorder.rows)
         losses, on_host = self.loss.split()
         explicit = self.loss.explicit if self.loss.explicit is not None else (
@@ -1136,11 +1141,15 @@ def owner_in_memory(wanted: set[int]) -> nn.Module | None:
     return found
 
 
+# names a framework's callback knows for the models it watches (a LightningModule's ``netG``): no user frame holds them
+NAME_HINTS: weakref.WeakKeyDictionary[nn.Module, str] = weakref.WeakKeyDictionary()
+
+
 def model_name(root: nn.Module, taken: set[str]) -> str:
     """A short name for a watched model: the variable that holds it in the user's frame (``netG``, or an
     attribute of ``self`` such as ``generator``), else its class; made unique among ``taken``."""
-    name = ""
-    frame = user_frame()
+    name = NAME_HINTS.get(root, "")
+    frame = None if name else user_frame()
     for _ in range(6):
         if frame is None or name:
             break

@@ -85,6 +85,7 @@ class Watched:
         self.unregistered: list[Unregistered] | None = None  # plain containers holding parameters (found at the first check)
         self.unregistered_told: set[str] = set()
         self.first_step = 0  # the run's step at which it was adopted (a later training phase starts a section there)
+        self.leads: bool | None = None  # another model's steps come before the clock's in each step (set at its first step)
 
     def owns(self, optimizer: Any) -> bool:
         """Whether the optimizer steps parameters of this model."""
