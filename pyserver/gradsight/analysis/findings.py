@@ -566,16 +566,19 @@ class Detector:
             judged.append((i, gain))
         # most layers started near zero: the signal vanishes through all of them at once, and no layer next to one
         # of them carries it (one zeroed layer among sane ones, a residual branch's last, trains by its neighbours)
-        low = [i for i, gain in judged if gain < self.t.init_gain_low]
-        all_low = len(low) >= max(2, 0.5 * len(judged))
+        # (a chain of weight layers: embeddings looked up and multiplied, a factorisation's, start tiny on purpose)
+        chain = [(i, gain) for i, gain in judged if self.types[i] not in EMBEDDINGS]
+        low = [i for i, gain in chain if gain < self.t.init_gain_low]
+        all_low = len(low) >= max(2, 0.5 * len(chain))
         for i, gain in judged:
             high = self.t.embedding_rms_high if self.types[i] in EMBEDDINGS else self.t.init_gain_high
             if gain > high or gain < self.t.init_gain_low:
                 evidence = (f"initial weight scale {_fmt(gain)} ({'RMS' if self.types[i] in EMBEDDINGS else 'RMS x sqrt(fan-in)'}; "
                             f"PyTorch's default gives {'1' if self.types[i] in EMBEDDINGS else '~0.6'}, healthy below {high:g})")
-                if all_low and gain < self.t.init_gain_low:
-                    evidence += f"; {len(low)} of {len(judged)} layers start this small"
-                grew = self._grew_from_zero(i, w) if gain < self.t.init_gain_low and not all_low else None
+                chained = all_low and i in low
+                if chained:
+                    evidence += f"; {len(low)} of {len(chain)} layers start this small"
+                grew = self._grew_from_zero(i, w) if gain < self.t.init_gain_low and not chained else None
                 if grew is not None:
                     # a zero start blocks nothing while the gradient reaches the layer (it does unless the layer next to
                     # it is zero too or a ReLU's zeros stop it): the last layer of a residual branch or an output layer
