@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..thresholds import Thresholds
-from .data import SATURATING, RunData
+from .data import EMBEDDINGS, SATURATING, RunData
 from .findings import Finding
 from .losscurve import LossCurve
 
@@ -55,7 +55,7 @@ def find(data: RunData, findings: list[Finding], curve: LossCurve, t: Thresholds
     # (a loss spike the run recovered from is a warmup's peak or one bad batch: nothing to trace back)
     triggered = [e for e in data.events if e.kind == "trigger" and not (curve.spike_recovered and e.name == "loss_spike")]
     anomaly_step = min((e.step for e in triggered if e.step is not None), default=None)
-    if not errors and not triggered and not curve.not_decreasing and not curve.near_chance:
+    if not errors and not triggered and not curve.not_decreasing and not curve.near_chance and _replaced(data, t) < 0.5:
         return None
     rank = data.forward_rank()
     index = data.index
@@ -107,6 +107,17 @@ def find(data: RunData, findings: list[Finding], curve: LossCurve, t: Thresholds
         conf = top.strength * TIER_WEIGHT[tier] * (1 - 0.4 * rival)
         return RootCause(top.module, top.kind, round(float(conf), 3), _path(data, top, findings), top.evidence, top.step)
     return None
+
+
+def _replaced(data: RunData, t: Thresholds) -> float:
+    """The share of layers that one of the run's first three sampled steps moved by more than their own size
+    (embeddings apart: a table started tiny on purpose, a factorisation's, moves by more than its size at first)."""
+    _, ur = data.metric("update_ratio")
+    layers = [i for i in data.own_layers() if data.modules[i].type not in EMBEDDINGS]
+    if not ur.size or not layers:
+        return 0.0
+    opening = ur[: min(3, len(ur))][:, layers].astype(np.float64)
+    return float(np.mean(np.where(np.isfinite(opening), opening, 0.0).max(axis=0) > 10 * t.update_ratio_high))
 
 
 def _step_blew_up(data: RunData, nonfinite: list[Finding], t: Thresholds) -> list[Finding]:
@@ -206,7 +217,7 @@ def _learning_rate(data: RunData, findings: list[Finding], curve: LossCurve, t: 
     renormed = data.feeds_a_norm()
     stuck = curve.not_decreasing or any(f.kind == "activation_out_of_range" and f.severity == "error" and f.module != "input"
                                         and f.module not in renormed for f in findings)
-    if (trouble or stuck) and ur.size and layers and not scaled_wrong:
+    if ur.size and layers and not scaled_wrong:
         # "from the start": the sampled steps in the run's first tenth (at least two rows), not a share of the rows,
         # which crowd where triggers fired
         n_early = max(2, int(np.sum(steps <= first + max(5, data.n_steps // 10))))
@@ -218,15 +229,17 @@ def _learning_rate(data: RunData, findings: list[Finding], curve: LossCurve, t: 
         # the run's first steps replaced the weights (each moved by more than its own size) in most layers: what follows,
         # saturated or exploding layers whose updates then shrink, is the rate's doing, however small the later steps
         opening = ur[: min(3, len(ur))][:, layers].astype(np.float64)
-        replaced = np.where(np.isfinite(opening), opening, 0.0).max(axis=0) > 10 * t.update_ratio_high
-        if len(per_layer) and np.mean(replaced) >= 0.5 and not np.mean(per_layer > t.update_ratio_high) >= 0.5:
+        replaced = _replaced(data, t)
+        if len(per_layer) and replaced >= 0.5 and not ((trouble or stuck) and np.mean(per_layer > t.update_ratio_high) >= 0.5):
             worst = float(np.nanmax(opening))
+            after = ("does not decrease" if curve.not_decreasing else "spikes" if curve.spike_step is not None
+                     else "blows up" if trouble else "")
+            # (a loss that falls after them still falls from weights the steps made, not from the initialisation)
+            then = f", and the loss {after} after them" if after else ": the run trains from weights its first steps replaced"
             out.append(Finding("optimizer", "learning_rate_too_high", "error",
-                               f"the first optimizer steps moved {np.mean(replaced):.0%} of the layers by more than their own size "
-                               f"(update ratio mean|dW|/mean|W| up to {worst:.3g}), and the loss "
-                               f"{'does not decrease' if curve.not_decreasing else 'spikes' if curve.spike_step is not None else 'blows up'}"
-                               " after them", 0.8, int(steps[0])))
-        if len(per_layer) and np.mean(per_layer > t.update_ratio_high) >= 0.5:
+                               f"the first optimizer steps moved {replaced:.0%} of the layers by more than their own size "
+                               f"(update ratio mean|dW|/mean|W| up to {worst:.3g}){then}", 0.8, int(steps[0])))
+        if (trouble or stuck) and len(per_layer) and np.mean(per_layer > t.update_ratio_high) >= 0.5:
             med = float(np.median(per_layer))
             strength = min(1.0, 0.5 + 0.25 * np.log10(med / t.update_ratio_high + 1e-12) + 0.25)
             how = ("spikes" if curve.spike_step is not None else "diverges" if curve.diverging
