@@ -55,7 +55,7 @@ def find(data: RunData, findings: list[Finding], curve: LossCurve, t: Thresholds
     # (a loss spike the run recovered from is a warmup's peak or one bad batch: nothing to trace back)
     triggered = [e for e in data.events if e.kind == "trigger" and not (curve.spike_recovered and e.name == "loss_spike")]
     anomaly_step = min((e.step for e in triggered if e.step is not None), default=None)
-    if not errors and not triggered and not curve.not_decreasing and not curve.near_chance and _replaced(data, t) < 0.5:
+    if not errors and not triggered and not curve.not_decreasing and not curve.near_chance and _replaced(data, t)[0] < 0.5:
         return None
     rank = data.forward_rank()
     index = data.index
@@ -109,15 +109,16 @@ def find(data: RunData, findings: list[Finding], curve: LossCurve, t: Thresholds
     return None
 
 
-def _replaced(data: RunData, t: Thresholds) -> float:
-    """The share of layers that one of the run's first three sampled steps moved by more than their own size
-    (embeddings apart: a table started tiny on purpose, a factorisation's, moves by more than its size at first)."""
+def _replaced(data: RunData, t: Thresholds) -> tuple[float, float]:
+    """The share of layers that one of the run's first three sampled steps moved by more than their own size, and
+    the largest such move (embeddings apart: a table started tiny on purpose, a factorisation's, moves by more than
+    its size at first)."""
     _, ur = data.metric("update_ratio")
     layers = [i for i in data.own_layers() if data.modules[i].type not in EMBEDDINGS]
     if not ur.size or not layers:
-        return 0.0
-    opening = ur[: min(3, len(ur))][:, layers].astype(np.float64)
-    return float(np.mean(np.where(np.isfinite(opening), opening, 0.0).max(axis=0) > 10 * t.update_ratio_high))
+        return 0.0, 0.0
+    opening = np.nan_to_num(ur[: min(3, len(ur))][:, layers].astype(np.float64), nan=0.0, posinf=0.0, neginf=0.0).max(axis=0)
+    return float(np.mean(opening > 10 * t.update_ratio_high)), float(opening.max())
 
 
 def _step_blew_up(data: RunData, nonfinite: list[Finding], t: Thresholds) -> list[Finding]:
@@ -228,10 +229,8 @@ def _learning_rate(data: RunData, findings: list[Finding], curve: LossCurve, t: 
         per_layer = per_layer[np.isfinite(per_layer)]
         # the run's first steps replaced the weights (each moved by more than its own size) in most layers: what follows,
         # saturated or exploding layers whose updates then shrink, is the rate's doing, however small the later steps
-        opening = ur[: min(3, len(ur))][:, layers].astype(np.float64)
-        replaced = _replaced(data, t)
+        replaced, worst = _replaced(data, t)
         if len(per_layer) and replaced >= 0.5 and not ((trouble or stuck) and np.mean(per_layer > t.update_ratio_high) >= 0.5):
-            worst = float(np.nanmax(opening))
             after = ("does not decrease" if curve.not_decreasing else "spikes" if curve.spike_step is not None
                      else "blows up" if trouble else "")
             # (a loss that falls after them still falls from weights the steps made, not from the initialisation)

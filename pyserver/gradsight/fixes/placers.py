@@ -553,22 +553,17 @@ def register_missing_params(c: Context, p: Patch) -> str:
     return f"the optimizer updates the {len(missing)} parameter tensors it did not hold"
 
 
-def _nn_for(s: Script) -> str:
-    """How the script names torch.nn, from its imports (a LightningModule's base says nothing of it)."""
-    nn = s.torch_nn()
-    if nn is None:
-        raise NoPlace("the script does not import torch.nn")
-    return nn + "."
-
-
 @placer
 def register_container(c: Context, p: Patch) -> str:
     found = sites.plain_containers(c)
     if not found:
         raise NoPlace("no plain list or dict of layers assigned in the model's class")
-    for value, use, _ in found:
-        p.replace_node(value, f"{_nn_for(c.script)}{use}({p.s.segment(value)})")
-    uses = sorted({use for _, use, _ in found})
+    nn = c.script.torch_nn()  # (from the script's imports: a LightningModule's base says nothing of it)
+    if nn is None:
+        raise NoPlace("the script does not import torch.nn")
+    for value, use in found:
+        p.replace_node(value, f"{nn}.{use}({p.s.segment(value)})")
+    uses = sorted({use for _, use in found})
     return f"the layers are registered ({', '.join(uses)}): in parameters(), stepped by the optimizer, saved in state_dict"
 
 

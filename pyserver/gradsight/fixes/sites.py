@@ -220,17 +220,20 @@ __all__ = ["ctor_of", "dropout_sites", "hidden_activations", "kwarg", "output_ac
 
 
 PLAIN_CONTAINERS = (ast.List, ast.ListComp, ast.Tuple, ast.Dict, ast.DictComp)
+REGISTERING = ("ModuleList", "ModuleDict", "ParameterList", "ParameterDict")
 
 
-def plain_containers(c: Context) -> list[tuple[ast.AST, str, ast.ClassDef]]:
+def plain_containers(c: Context) -> list[tuple[ast.AST, str]]:
     """Where the run found layers kept in a plain list or dict of a model (its UNREGISTERED warnings): the value
-    assigned to ``self.<attribute>`` in the script's class of that name, with the container to use instead."""
-    out: list[tuple[ast.AST, str, ast.ClassDef]] = []
+    assigned to ``self.<attribute>`` in the script's class of that name, with the container to use instead (one of
+    REGISTERING: the store's word reaches code only from that list)."""
+    out: list[tuple[ast.AST, str]] = []
     for e in c.data.events:
         if e.kind != "warning" or e.name != UNREGISTERED:
             continue
-        attr, owner, use = (str(e.data.get(k, "")) for k in ("attribute", "owner", "use"))
-        if use not in ("ModuleList", "ModuleDict", "ParameterList", "ParameterDict") and not use.startswith("nn."):
+        attr, owner = str(e.data.get("attribute", "")), str(e.data.get("owner", ""))
+        use = str(e.data.get("use", "")).rpartition(".")[2]
+        if use not in REGISTERING:
             continue
         for node in ast.walk(c.script.tree):
             if not (isinstance(node, ast.Assign) and len(node.targets) == 1 and dotted(node.targets[0]) == f"self.{attr}"):
@@ -240,5 +243,5 @@ def plain_containers(c: Context) -> list[tuple[ast.AST, str, ast.ClassDef]]:
             plain = isinstance(value, PLAIN_CONTAINERS) or (
                 isinstance(value, ast.Call) and dotted(value.func) in ("list", "tuple", "dict") and len(value.args) <= 1)
             if cls is not None and cls.name == owner and plain:
-                out.append((value, use.rpartition(".")[2], cls))
+                out.append((value, use))
     return out
