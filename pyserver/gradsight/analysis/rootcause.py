@@ -48,6 +48,8 @@ class RootCause:
     path: list[str]
     evidence: str
     step: int | None
+    tier: int = 0  # the rank of the rule that chose it (see find): calibration reads it
+    score: float | None = None  # the confidence before calibration
 
 
 def find(data: RunData, findings: list[Finding], curve: LossCurve, t: Thresholds) -> RootCause | None:
@@ -105,7 +107,8 @@ def find(data: RunData, findings: list[Finding], curve: LossCurve, t: Thresholds
         rivals = [f for f in cands[1:] if f.key != top.key and not _explains(top, f, rank, index)]
         rival = max((f.strength for f in rivals), default=0.0)
         conf = top.strength * TIER_WEIGHT[tier] * (1 - 0.4 * rival)
-        return RootCause(top.module, top.kind, round(float(conf), 3), _path(data, top, findings), top.evidence, top.step)
+        return RootCause(top.module, top.kind, round(float(conf), 3), _path(data, top, findings), top.evidence, top.step,
+                         tier, round(float(conf), 3))
     return None
 
 

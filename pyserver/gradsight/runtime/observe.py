@@ -24,6 +24,11 @@ MAX_DISTINCT = 32  # distinct target values counted, at most
 ATTENTION_SAMPLES = 4  # batch rows whose attention is measured on a measured step
 ATTENTION_BYTES = 2 * 2**20  # per attention map kept as a tensor
 MAX_PENDING = 8  # functional sigmoids followed to the module they feed, per measured step
+MAX_GRAPH = 20_000  # graph nodes walked, at most, to find what a pending output fed
+# ops between a parameter and the op that takes it (F.linear's transpose, a reshape, autocast's cast)
+_PARAM_PATH = frozenset({"TBackward0", "TransposeBackward0", "PermuteBackward0", "ViewBackward0", "ReshapeAliasBackward0",
+                         "UnsafeViewBackward0", "ExpandBackward0", "UnsqueezeBackward0", "SqueezeBackward0", "SqueezeBackward1",
+                         "ToCopyBackward0", "SelectBackward0", "SliceBackward0"})
 
 
 _SOFTMAX = torch.softmax  # (gradsight's own: not the wrapper below)
@@ -91,6 +96,35 @@ class Observer:
             if any(a is entry[1] for a in given):
                 entry[0]["feeds"] = module
                 self.pending.remove(entry)
+
+    def fed_by_graph(self, loss: torch.Tensor, owner: Callable[[torch.Tensor], int | None]) -> None:
+        """Pending outputs that no module call took (a functional model's ``F.linear(h, params["layer1"]["weight"])``):
+        the op that consumed each, read off the loss's graph, feeds the module owning a parameter it also takes."""
+        held = {}  # (the node objects are held: a walk then meets these very objects)
+        for entry in self.pending:
+            fn = getattr(entry[1], "grad_fn", None)
+            if fn is not None:
+                held[id(fn)] = (fn, entry)
+        root = loss.grad_fn
+        if not held or root is None:
+            return
+        seen = {id(root)}
+        queue = [root]
+        while queue and held and len(seen) < MAX_GRAPH:
+            node = queue.pop()
+            for nxt, _ in getattr(node, "next_functions", ()):
+                if nxt is None:
+                    continue
+                hit = held.get(id(nxt))
+                if hit is not None and hit[0] is nxt:
+                    module = _param_owner(node, nxt, owner)
+                    if module is not None:
+                        hit[1][0]["feeds"] = module
+                        self.pending = [e for e in self.pending if e is not hit[1]]
+                        del held[id(nxt)]
+                if id(nxt) not in seen:
+                    seen.add(id(nxt))
+                    queue.append(nxt)
 
     def _passed_on(self, input: Any, out: Any) -> None:
         """A pending output goes through another wrapped call (a dropout after a sigmoid): follow it on."""
@@ -295,3 +329,19 @@ def loss_stats(name: str, input: torch.Tensor, target: torch.Tensor, kwargs: dic
         distinct = torch.unique(t.flatten()[:4096])
         out["target_distinct"] = int(min(len(distinct), MAX_DISTINCT + 1))
     return out
+
+
+def _param_owner(consumer: Any, came_from: Any, owner: Callable[[torch.Tensor], int | None]) -> int | None:
+    """The module owning a parameter that ``consumer`` takes beside ``came_from`` (directly, or through a transpose
+    or a reshape of it), or None."""
+    stack = [(n, 0) for n, _ in getattr(consumer, "next_functions", ()) if n is not None and n is not came_from]
+    while stack:
+        node, depth = stack.pop(0)
+        variable = getattr(node, "variable", None)  # (AccumulateGrad: a leaf)
+        if isinstance(variable, torch.Tensor):
+            module = owner(variable)
+            if module is not None:
+                return module
+        elif depth < 3 and type(node).__name__ in _PARAM_PATH:
+            stack.extend((n, depth + 1) for n, _ in node.next_functions if n is not None)
+    return None

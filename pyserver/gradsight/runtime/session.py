@@ -401,6 +401,8 @@ class Session:
             self._backwards_seen += 1
             if w is not None and self._nan_origin is None and isinstance(tensors, torch.Tensor) and tensors.numel() == 1:
                 self._find_nan_origin(tensors, w)
+            if self.observer.pending and isinstance(tensors, torch.Tensor):  # (measured steps only)
+                self.observer.fed_by_graph(tensors, self._owner_of)
         except Exception as exc:
             self._internal_error("backward", exc)
 
@@ -991,6 +993,14 @@ class Session:
                 fired.append(hit)
         self.watches.evaluate(history, self.writer, self.step)
         return [f for f in fired if f.trigger in w.triggers]
+
+    def _owner_of(self, param: torch.Tensor) -> int | None:
+        """The store id of the module that holds a parameter (of any watched model), or None."""
+        for w in self.models:
+            j = w.layout.param_index.get(id(param))
+            if j is not None:
+                return w.module_offset + int(w.layout.param_module[j])
+        return None
 
     def _find_nan_origin(self, loss: torch.Tensor, w: Watched) -> None:
         """A non-finite loss: find where it started in the graph now, before backward() frees it. Read on

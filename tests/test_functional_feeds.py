@@ -1,0 +1,76 @@
+"""A functional model (its layers' parameters in a ModuleDict, its forward F.linear calls): no layer module is ever
+called, so an F.dropout or torch.sigmoid output feeds no module call. The runtime reads off the loss's graph which
+op took the output and names the layer whose parameters that op also takes (traced for real)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from gradsight.store import RunStore
+
+from .conftest import run_gradsight
+
+SCRIPT = """
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+torch.manual_seed(0)
+x = torch.randn(512, 16)
+y = (x[:, :4].sum(1) > 0).long() + (x[:, 4:8].sum(1) > 0).long()
+
+
+def layer(n_in, n_out):
+    w = torch.empty(n_out, n_in)
+    nn.init.kaiming_uniform_(w, a=5 ** 0.5)
+    return nn.ParameterDict({"weight": nn.Parameter(w), "bias": nn.Parameter(torch.zeros(n_out))})
+
+
+params = nn.ModuleDict({"layer0": layer(16, 64), "layer1": layer(64, 64), "gate": layer(64, 64), "head": layer(64, 3)})
+
+
+def forward(p, x, training=True):
+    h = torch.tanh(F.linear(x, p["layer0"]["weight"], p["layer0"]["bias"]))
+    h = h * torch.sigmoid(F.linear(h, p["gate"]["weight"], p["gate"]["bias"]))  # a gate: feeds no layer
+    h = F.dropout(h, p=DROP, training=training)
+    h = torch.tanh(F.linear(h, p["layer1"]["weight"], p["layer1"]["bias"]))
+    return F.linear(h, p["head"]["weight"], p["head"]["bias"])
+
+
+opt = torch.optim.SGD(params.parameters(), lr=0.05)
+for step in range(120):
+    i = torch.randint(0, 512, (64,))
+    loss = F.cross_entropy(forward(params, x[i]), y[i])
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+print(f"final loss {loss.item():.3f}")
+"""
+
+
+def _trace(tmp_path: Path, drop: str) -> tuple[dict, RunStore]:
+    script = tmp_path / "functional.py"
+    script.write_text(SCRIPT.replace("DROP", drop))
+    store = tmp_path / "run.db"
+    traced = run_gradsight("trace", str(script), "--output", str(store), "--quiet", cwd=tmp_path)
+    assert traced.returncode == 0, traced.stderr[-2000:]
+    out = run_gradsight("diagnose", str(store), "--json", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return json.loads(out.stdout), RunStore(store)
+
+
+def test_a_functional_dropout_is_named_by_the_layer_it_feeds_and_a_gate_feeds_none(tmp_path: Path) -> None:
+    d, store = _trace(tmp_path, "0.9")
+    with store as run:
+        dropout = [o.data for o in run.observations("dropout")]
+        sigmoid = [o.data for o in run.observations("sigmoid")]
+    assert dropout and all(o.get("feeds") == "layer1" for o in dropout), dropout
+    assert sigmoid and not any("feeds" in o for o in sigmoid), sigmoid  # the gate's output goes to a product, not a layer
+    assert d["root_cause"] is not None, d["checked"]
+    assert (d["root_cause"]["module"], d["root_cause"]["kind"]) == ("layer1", "dropout_too_high"), d["evidence"]
+
+
+def test_an_ordinary_functional_dropout_is_not_reported(tmp_path: Path) -> None:
+    d, _ = _trace(tmp_path, "0.1")
+    assert not any(f["kind"] == "dropout_too_high" for f in d["findings"]), d["findings"]
