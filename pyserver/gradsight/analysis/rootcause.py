@@ -21,6 +21,8 @@ Confidence = strength of the chosen finding (0.5 at its threshold, 1.0 far past)
 x how direct its tier's evidence is (1.0 for tiers 0-1 down to 0.6 for tier 6)
 x (1 - 0.4 x the strength of the strongest competing finding of the same tier
 that the chosen one does not explain). A weak or ambiguous signal gives a low value.
+That score is then calibrated (calibration.py): the confidence given is how often answers of the same tier and
+score were right on labelled runs.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..thresholds import Thresholds
+from .calibration import calibrated
 from .data import EMBEDDINGS, SATURATING, RunData
 from .findings import Finding
 from .losscurve import LossCurve
@@ -107,8 +110,8 @@ def find(data: RunData, findings: list[Finding], curve: LossCurve, t: Thresholds
         rivals = [f for f in cands[1:] if f.key != top.key and not _explains(top, f, rank, index)]
         rival = max((f.strength for f in rivals), default=0.0)
         conf = top.strength * TIER_WEIGHT[tier] * (1 - 0.4 * rival)
-        return RootCause(top.module, top.kind, round(float(conf), 3), _path(data, top, findings), top.evidence, top.step,
-                         tier, round(float(conf), 3))
+        return RootCause(top.module, top.kind, round(calibrated(tier, float(conf)), 3), _path(data, top, findings), top.evidence,
+                         top.step, tier, round(float(conf), 3))
     return None
 
 
