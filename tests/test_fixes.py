@@ -26,8 +26,8 @@ from .conftest import run_gradsight
 # premises any training script satisfies: a fix needing only these answers the diagnosis's finding itself
 GENERIC = {"has_optimizer", "has_loop", "has_model", "has_scheduler", "no_scheduler", "forward_in_loop", "module_addressable",
            "module_resettable", "no_clipping", "lr_settable", "lr_not_decayed"}
-# fixes whose evidence is the finding at the module (a layer at the wrong scale, a norm that explodes)
-FINDING_IS_EVIDENCE = {"reset-layer-init", "reset-block-init", "clip-grad-norm", "lr-warmup", "call-optimizer-step", "lower-lr"}
+# fixes whose evidence is the finding at the module (a norm that explodes, a step never taken)
+FINDING_IS_EVIDENCE = {"clip-grad-norm", "lr-warmup", "call-optimizer-step", "lower-lr"}
 
 HEALTHY = """
 import torch
@@ -137,6 +137,24 @@ def test_the_issues_wrong_fixes_are_not_offered(healthy: tuple[Path, Path], clai
 
     fix = next(f for f in library() if f.id == fix_id)
     assert holds(fix, Context(Target(claim, fix.modules[0] if fix.modules else "2"), data, s))
+
+
+RESCALED = HEALTHY.replace("opt = torch.optim", "with torch.no_grad():\n    model[2].weight.mul_(40.0)\nopt = torch.optim")
+
+
+def test_a_reset_is_offered_only_for_layers_that_did_not_start_at_the_defaults(tmp_path: Path) -> None:
+    """Re-initialising a layer with PyTorch's defaults changes nothing when it started at them: the premise reads
+    each weight's norm at the first sampled step (the healthy run above never gets a reset: its layers are default)."""
+    script, store = trace(tmp_path, "rescaled", RESCALED)
+    data = load(str(store))
+    s = Script(script.read_text(), str(script))
+    fix = next(f for f in library() if f.id == "reset-layer-init")
+    from gradsight.fixes import holds
+
+    assert "starts_off_default" not in holds(fix, Context(Target("exploding_gradient", "2"), data, s))
+    assert "starts_off_default" in holds(fix, Context(Target("exploding_gradient", "0"), data, s))
+    block = next(f for f in library() if f.id == "reset-block-init")
+    assert "starts_off_default" not in holds(block, Context(Target("exploding_gradient", ""), data, s))  # the model holds "2"
 
 
 def test_generated_code_is_checked() -> None:

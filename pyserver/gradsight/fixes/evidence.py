@@ -586,6 +586,53 @@ def init_statement(c: Context) -> bool:
     return bool(sites.weight_edits(c, c.target.module))
 
 
+def start_ratios(c: Context, module: str) -> list[tuple[float, bool]] | None:
+    """Each weight matrix of ``module`` (itself and the layers inside it), and each bias beside one, at the first
+    sampled step: its RMS over PyTorch's default RMS for its shape (1/sqrt(3 fan_in); an embedding's 1), and whether
+    it is a bias. None when the per-parameter norms were not recorded."""
+    steps, pw = c.data.metric("param_weight_norm")
+    if not pw.size or not len(steps):
+        return None
+    first = pw[0].astype(np.float64)
+    by_module: dict[int, dict[str, tuple[float, list[int]]]] = {}
+    for p in c.data.params:
+        mid, pid = p.get("module_id"), p.get("id")
+        if mid is None or pid is None or int(pid) >= len(first) or not math.isfinite(float(first[int(pid)])):
+            continue
+        owner = c.data.modules[int(mid)].name
+        if module and owner != module and not owner.startswith(module + "."):
+            continue
+        try:
+            shape = [int(n) for n in json.loads(str(p.get("shape") or "[]"))]
+        except (ValueError, TypeError):
+            continue
+        rms = float(first[int(pid)]) / math.sqrt(max(int(p.get("numel") or 0), 1))
+        by_module.setdefault(int(mid), {})[str(p.get("name", "")).rpartition(".")[2]] = (rms, shape)
+    out: list[tuple[float, bool]] = []
+    for mid, own in by_module.items():
+        weight = own.get("weight")
+        if weight is None or len(weight[1]) < 2:
+            continue
+        embedding = c.data.modules[mid].type in ("Embedding", "EmbeddingBag")
+        default = 1.0 if embedding else 1.0 / math.sqrt(3.0 * math.prod(weight[1][1:]))
+        out.append((weight[0] / default, False))
+        bias = own.get("bias")
+        if bias is not None and not embedding:
+            out.append((bias[0] / default, True))
+    return out
+
+
+@premise
+def starts_off_default(c: Context, factor: float = 3.0) -> bool:
+    """The target's layers did not start at PyTorch's default scale (a weight matrix more than ``factor`` x off it, a
+    bias more than ``factor`` x its default size): re-initialising them with the defaults changes something.
+    Unknown (no per-parameter norms) counts as off."""
+    ratios = start_ratios(c, c.target.module)
+    if ratios is None or not ratios:
+        return True
+    return any(r > factor or (r < 1.0 / factor and not bias) for r, bias in ratios)
+
+
 def layers_off_scale(c: Context, factor: float = 4.0) -> int:
     """Layers whose weights start more than ``factor`` x away from PyTorch's default scale (rms 1/sqrt(3 fan_in))."""
     steps, w = c.data.metric("weight_norm")
