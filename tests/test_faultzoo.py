@@ -46,6 +46,21 @@ def test_diagnosis_on_the_sample(sample: list[dict[str, Any]]) -> None:
     assert summary["false_alarms"] <= 1, wrong
 
 
+def test_confidence_is_the_calibrated_score_and_holds_on_the_sample(sample: list[dict[str, Any]]) -> None:
+    """Each answer's confidence is its rule tier's calibration of its raw score (analysis/calibration.py, fitted on
+    the dev half and the fault probes), and it tells how often such answers are right (ECE over the sample)."""
+    from gradsight.analysis.calibration import calibrated, fit
+
+    assert fit() is not None  # the fitted table ships with the package
+    answered = [r for r in sample if (r["diagnosis"] or {}).get("root_cause") and (r["diagnosis"] or {}).get("calibration")]
+    assert len(answered) >= 20
+    for r in answered:
+        basis, rc = r["diagnosis"]["calibration"], r["diagnosis"]["root_cause"]
+        assert rc["confidence"] == pytest.approx(calibrated(basis["tier"], basis["score"]), abs=1e-3), r["id"]
+    c = zoo_run.calibration([r["verdict"] for r in sample])
+    assert c["ece"] is not None and c["ece"] <= 0.12, c["bins"]
+
+
 def test_first_fixes_on_the_sample_remove_the_fault(sample: list[dict[str, Any]], tmp_path: Path) -> None:
     """The first fix of six faulty runs the diagnosis got right, applied as placed and re-run: most remove the
     fault, none breaks the script."""

@@ -118,7 +118,7 @@ class Diagnosis:
             "fixes": self.fixes,
             # beyond the contract: what the terminal summary, reports and editor show
             "evidence": None if cause is None else cause.evidence,
-            "calibration": None if cause is None else {"tier": cause.tier, "score": cause.score},
+            "calibration": None if cause is None or cause.score is None else {"tier": cause.tier, "score": cause.score},
             "checked": list(self.checked),
             "findings": [{"module": f.module, "kind": f.kind, "severity": f.severity, "evidence": f.evidence, "step": f.step}
                          for f in self.findings],
