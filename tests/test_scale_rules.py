@@ -133,3 +133,57 @@ def test_weights_initialised_tiny_everywhere_are_named_though_biases_keep_their_
     assert cause is not None, d["checked"]
     assert (cause["module"], cause["kind"]) == ("inp", "poor_initialization"), d["evidence"]
     assert "layers start this small" in d["evidence"]
+
+
+RESNET = '''
+import torch
+from torch import nn
+
+torch.manual_seed(0)
+x = torch.randn(512, 3, 8, 8)
+y = (x[:, 0].mean((1, 2)) > 0).long() + (x[:, 1, :4].mean((1, 2)) > 0).long()
+
+
+class Block(nn.Module):
+    def __init__(self, width):
+        super().__init__()
+        self.conv1 = nn.Conv2d(width, width, 3, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(width)
+        self.conv2 = nn.Conv2d(width, width, 3, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(width)
+
+    def forward(self, h):
+        return torch.relu(h + self.bn2(self.conv2(torch.relu(self.bn1(self.conv1(h))))))
+
+
+model = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1, bias=False), nn.BatchNorm2d(16), nn.ReLU(), Block(16), Block(16),
+                      nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, 3))
+for name, m in model.named_modules():
+    if isinstance(m, nn.BatchNorm2d) and WHICH:
+        nn.init.zeros_(m.weight)
+opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+for step in range(100):
+    i = torch.randint(0, 512, (64,))
+    loss = nn.functional.cross_entropy(model(x[i]), y[i])
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+print(f"final loss {loss.item():.3f}")
+'''
+
+
+def test_zero_gains_at_the_end_of_each_residual_branch_are_the_recipe_not_a_fault(tmp_path: Path) -> None:
+    """Zero-init-residual (each block's last BatchNorm gain at zero): the gains grow, nothing is reported."""
+    d = _diagnose(tmp_path, RESNET.replace("WHICH", "name.endswith('bn2')"))
+    assert d["root_cause"] is None, d["evidence"]
+    assert not [f for f in d["findings"] if f["kind"] == "poor_initialization" and f["severity"] == "error"], d["findings"]
+
+
+def test_every_normalisation_gain_at_zero_is_named_at_the_first(tmp_path: Path) -> None:
+    """Every BatchNorm gain at zero: every ReLU after one outputs 0 and nothing below the head learns. The first
+    normalisation is named as poor initialisation, not the vanishing gradients it causes."""
+    d = _diagnose(tmp_path, RESNET.replace("WHICH", "True"))
+    cause = d["root_cause"]
+    assert cause is not None, d["checked"]
+    assert (cause["module"], cause["kind"]) == ("1", "poor_initialization"), d["evidence"]
+    assert "normalisations start this small" in d["evidence"]

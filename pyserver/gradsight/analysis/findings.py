@@ -561,23 +561,34 @@ class Detector:
             elif len(shape) >= 2:
                 fan_in = int(np.prod(shape[1:]))
                 gain = rms * math.sqrt(fan_in)  # ~0.58 for PyTorch's default, ~1.4 for Kaiming
+            elif self.types[i] in NORMS and len(shape) == 1:
+                gain = rms  # a normalisation's gain: 1 by default
             else:
                 continue
             judged.append((i, gain))
         # most layers started near zero: the signal vanishes through all of them at once, and no layer next to one
         # of them carries it (one zeroed layer among sane ones, a residual branch's last, trains by its neighbours)
         # (a chain of weight layers: embeddings looked up and multiplied, a factorisation's, start tiny on purpose)
-        chain = [(i, gain) for i, gain in judged if self.types[i] not in EMBEDDINGS]
+        chain = [(i, gain) for i, gain in judged if self.types[i] not in EMBEDDINGS and self.types[i] not in NORMS]
         low = [i for i, gain in chain if gain < self.t.init_gain_low]
         all_low = len(low) >= max(2, 0.5 * len(chain))
+        # normalisations are judged among themselves, and only for a gain near zero: most gains at zero silence every
+        # block after the first (one zero gain per residual block, its last, is the zero-init-residual recipe: they grow)
+        norms = [i for i, _ in judged if self.types[i] in NORMS]
+        low_norms = [i for i, gain in judged if i in norms and gain < self.t.init_gain_low]
+        norms_low = len(low_norms) >= max(2, 0.5 * len(norms))
         for i, gain in judged:
-            high = self.t.embedding_rms_high if self.types[i] in EMBEDDINGS else self.t.init_gain_high
+            norm = i in norms
+            high = self.t.embedding_rms_high if self.types[i] in EMBEDDINGS else math.inf if norm else self.t.init_gain_high
             if gain > high or gain < self.t.init_gain_low:
-                evidence = (f"initial weight scale {_fmt(gain)} ({'RMS' if self.types[i] in EMBEDDINGS else 'RMS x sqrt(fan-in)'}; "
-                            f"PyTorch's default gives {'1' if self.types[i] in EMBEDDINGS else '~0.6'}, healthy below {high:g})")
-                chained = all_low and i in low
+                scale = "RMS" if self.types[i] in EMBEDDINGS or norm else "RMS x sqrt(fan-in)"
+                default = "1" if self.types[i] in EMBEDDINGS or norm else "~0.6"
+                evidence = f"initial weight scale {_fmt(gain)} ({scale}; PyTorch's default gives {default}"
+                evidence += ")" if norm else f", healthy below {high:g})"
+                chained = (norms_low and i in low_norms) if norm else (all_low and i in low)
                 if chained:
-                    evidence += f"; {len(low)} of {len(chain)} layers start this small"
+                    evidence += (f"; {len(low_norms)} of {len(norms)} normalisations start this small" if norm
+                                 else f"; {len(low)} of {len(chain)} layers start this small")
                 grew = self._grew_from_zero(i, w) if gain < self.t.init_gain_low and not chained else None
                 if grew is not None:
                     # a zero start blocks nothing while the gradient reaches the layer (it does unless the layer next to
