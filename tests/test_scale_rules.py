@@ -187,3 +187,18 @@ def test_every_normalisation_gain_at_zero_is_named_at_the_first(tmp_path: Path) 
     assert cause is not None, d["checked"]
     assert (cause["module"], cause["kind"]) == ("1", "poor_initialization"), d["evidence"]
     assert "normalisations start this small" in d["evidence"]
+
+
+def test_one_large_std_for_every_layer_is_named_at_the_first_layer(tmp_path: Path) -> None:
+    """normal_(std=1.0) on every Linear: the layers with a large fan-in start far too large, the first (fan-in 16)
+    only 2.8x Kaiming's scale; as part of the chain it is where the signal starts to grow, and it is named."""
+    source = RESIDUAL.replace('''with torch.no_grad():
+    ZERO.weight.zero_()
+    ZERO.bias.zero_()''', '''for m in model.modules():
+    if isinstance(m, nn.Linear):
+        nn.init.normal_(m.weight, std=1.0)''')
+    d = _diagnose(tmp_path, source)
+    cause = d["root_cause"]
+    assert cause is not None, d["checked"]
+    assert (cause["module"], cause["kind"]) == ("inp", "poor_initialization"), d["evidence"]
+    assert "layers start this large" in d["evidence"]
