@@ -304,7 +304,14 @@ def weight_decay(d: RunData, t: Thresholds, curve: LossCurve) -> list[Finding]:
         if ok.sum():
             shrink = end[ok] / start[ok]
             share = float(np.mean(shrink < t.weight_shrink_low))
-            if share >= 0.5:
+            # the decay must be able to take that much: a coupled decay a tenth of the gradient's size or less does not
+            # steer the steps, and a decoupled one takes lr * wd a step, exp(-lr * wd * steps) over the run; weights
+            # that shrink faster than that were shrunk by their gradient
+            lr = d.steps["lr"]
+            pull = (float(np.nanmedian(lr)) if np.isfinite(lr).any() else 0.0) * wd * d.n_steps
+            able = collapsed or (ratio >= 0.1 if ratio is not None else
+                                 pull >= 0.5 * math.log(1.0 / max(float(np.median(shrink)), 1e-12)))
+            if share >= 0.5 and able:
                 how = "makes poor progress" if _poor(curve, t) else f"is pulled by a decay {ratio:.3g}x the gradient's size"
                 out.append(Finding(kinds.OPTIMIZER, kinds.WEIGHT_DECAY_TOO_HIGH, "error",
                                    f"weight_decay={_fmt(wd)} shrinks {share:.0%} of the layers' weights to a median {float(np.median(shrink)):.2g} "
