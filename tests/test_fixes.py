@@ -550,3 +550,62 @@ def test_a_scheduler_stepped_beside_an_accumulated_step_is_per_micro_batch(befor
                                                                            per_micro_batch: bool) -> None:
     s = Script(_ACCUM.format(before=before, guard=guard, inside=inside))
     assert bool(s.scheduler_steps_per_micro_batch()) is per_micro_batch
+
+
+TWO_LOSSES = """
+import torch
+import torch.nn as nn
+
+torch.manual_seed(0)
+X = torch.randn(512, 8)
+YC = (X[:, :4].sum(1) > 0).long()
+YR = X[:, 4:].sum(1)  # [N]: the regression head gives [N, 1]
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(8, 32), nn.ReLU())
+        self.cls = nn.Linear(32, 2)
+        self.reg = nn.Linear(32, 1)
+
+    def forward(self, x):
+        h = self.body(x)
+        return self.cls(h), self.reg(h)
+
+
+model = Net()
+opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+ce = nn.CrossEntropyLoss()
+mse = nn.MSELoss()
+for epoch in range(4):
+    for i in range(0, 512, 32):
+        logits, reg = model(X[i:i + 32])
+        loss = ce(logits, YC[i:i + 32]) + 0.5 * mse(reg, YR[i:i + 32])
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+print("final", float(loss))
+"""
+
+
+def test_a_statement_adding_two_losses_gets_its_faulty_one_fixed_only(tmp_path: Path) -> None:
+    """A cross-entropy plus an MSE whose [B, 1] prediction broadcasts against [B] targets: the reshape goes into the
+    MSE call alone (viewing the logits as the class indices would crash), and the cross-entropy's integer targets
+    are no reason to score the regression by cross-entropy."""
+    script, store = trace(tmp_path, "two_losses", TWO_LOSSES)
+    fixes = fixes_of(script, store)
+    ids = [f["id"] for f in fixes]
+    assert ids and ids[0] == "match-target-shape", ids
+    assert "cross-entropy-for-class-indices" not in ids, ids
+    snippet = fixes[0]["snippet"]
+    assert "mse(reg.view_as(YR[i:i + 32]), YR[i:i + 32])" in snippet and "ce(logits, YC[i:i + 32])" in snippet, snippet
+    assert runs(script, fixes[0]["edits"], tmp_path).returncode == 0
+
+
+def test_an_optimizer_that_sets_its_own_rate_has_no_rate_to_change() -> None:
+    """Hugging Face's Adafactor with relative_step (its default) rejects an lr: no learning-rate fix may set one."""
+    src = "from transformers.optimization import Adafactor\nopt = Adafactor(model.parameters(), relative_step=True, lr=None)\n"
+    assert Script(src, "t.py").lr_nodes() == []
+    manual = "from transformers.optimization import Adafactor\nopt = Adafactor(model.parameters(), relative_step=False, lr=1e-3)\n"
+    assert Script(manual, "t.py").lr_nodes()

@@ -489,12 +489,23 @@ def binary_loss(c: Context) -> bool:
 @premise
 def class_index_targets(c: Context) -> bool:
     """A regression loss given integer targets in [0, C) where the output has C > 1 columns: class labels."""
-    for o in c.loss_calls:
-        shape, tshape = o.get("input_shape") or [], o.get("target_shape") or []
-        if (o.get("target_integral") and shape and len(shape) >= 2 and int(shape[-1]) > 1 and len(tshape) == len(shape) - 1
-                and 0 <= float(o.get("target_min", -1)) and float(o.get("target_max", 1e9)) < int(shape[-1])):
-            return True
-    return False
+    return any(class_indices(o) for o in c.loss_calls)
+
+
+REGRESSION_CALLS = {"mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss"}
+
+
+def class_indices(o: dict[str, Any]) -> bool:
+    """One observed loss call: a regression loss given class indices (a cross-entropy beside it is not one)."""
+    shape, tshape = o.get("input_shape") or [], o.get("target_shape") or []
+    return bool(o.get("loss") in REGRESSION_CALLS and o.get("target_integral") and shape and len(shape) >= 2 and int(shape[-1]) > 1
+                and len(tshape) == len(shape) - 1 and 0 <= float(o.get("target_min", -1)) and float(o.get("target_max", 1e9)) < int(shape[-1]))
+
+
+def broadcasts(o: dict[str, Any]) -> bool:
+    """One observed loss call whose input and target differ in shape but hold as many elements: [B, 1] against [B]."""
+    a, b = o.get("input_shape") or [], o.get("target_shape") or []
+    return bool(a and b and list(a) != list(b) and math.prod(a) == math.prod(b))
 
 
 @premise
@@ -508,11 +519,7 @@ def binary_targets_out_of_range(c: Context) -> bool:
 @premise
 def shapes_broadcast(c: Context) -> bool:
     """The loss's input and target differ in shape but hold as many elements: [B, 1] against [B]."""
-    for o in c.loss_calls:
-        a, b = o.get("input_shape") or [], o.get("target_shape") or []
-        if a and b and list(a) != list(b) and math.prod(a) == math.prod(b):
-            return True
-    return False
+    return any(broadcasts(o) for o in c.loss_calls)
 
 
 @premise

@@ -17,8 +17,8 @@ import numpy as np
 
 from . import sites
 from .edits import NoPlace, Patch
-from .evidence import Context
-from .script import ADAPTIVE, LOW_PRECISION, Script, binds, dotted, kwarg, number, short
+from .evidence import Context, broadcasts, class_indices
+from .script import ADAPTIVE, LOW_PRECISION, Script, binds, dotted, functional, kwarg, number, short
 
 DEFAULT_LR = {"Adam": 1e-3, "AdamW": 1e-3, "NAdam": 2e-3, "RAdam": 1e-3, "Adamax": 2e-3, "RMSprop": 1e-3, "Adagrad": 1e-2,
               "Adadelta": 1.0, "SparseAdam": 1e-3, "SGD": 1e-2}
@@ -647,8 +647,11 @@ def log_softmax_for_nll(c: Context, p: Patch) -> str:
     return "nll_loss gets log-probabilities"
 
 
-def _loss_calls(c: Context, names: set[str]) -> list[ast.Call]:
-    out = [k for k in c.script.loss_calls() if c.script.loss_name(k) in names and len(k.args) >= 2]
+def _loss_calls(c: Context, names: set[str], observed: set[str] | None = None) -> list[ast.Call]:
+    """The script's loss calls of these losses (with a prediction and a target); with ``observed``, only those of the
+    losses whose observed calls show the fault (functional names: a statement adding two losses edits the faulty one)."""
+    out = [k for k in c.script.loss_calls() if c.script.loss_name(k) in names and len(k.args) >= 2
+           and (observed is None or functional(c.script.loss_name(k)) in observed)]
     if not out:
         raise NoPlace("no such loss call with a prediction and a target")
     return out
@@ -658,7 +661,7 @@ def _loss_calls(c: Context, names: set[str]) -> list[ast.Call]:
 def cross_entropy_for_indices(c: Context, p: Patch) -> str:
     from .script import REGRESSION_LOSSES
 
-    for k in _loss_calls(c, REGRESSION_LOSSES):
+    for k in _loss_calls(c, REGRESSION_LOSSES, {str(o.get("loss")) for o in c.loss_calls if class_indices(o)}):
         pred, target = p.s.segment(k.args[0]), p.s.segment(k.args[1])
         p.replace_node(k, f"torch.nn.functional.cross_entropy({pred}, {target}.long())")
     return "the class indices are scored by cross-entropy over the output's classes"
@@ -678,8 +681,9 @@ def binary_targets_to_unit(c: Context, p: Patch) -> str:
 
 @placer
 def view_as_target(c: Context, p: Patch) -> str:
+    broadcast = {str(o.get("loss")) for o in c.loss_calls if broadcasts(o)}
     for k in c.script.loss_calls():
-        if len(k.args) >= 2:
+        if len(k.args) >= 2 and (not broadcast or functional(c.script.loss_name(k)) in broadcast):
             p.replace_node(k.args[0], f"{p.s.segment(k.args[0])}.view_as({p.s.segment(k.args[1])})")
     if not p.pending():
         raise NoPlace("no loss call with a prediction and a target")

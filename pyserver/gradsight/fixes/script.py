@@ -25,6 +25,26 @@ REGRESSION_LOSSES = {"mse_loss", "MSELoss", "l1_loss", "L1Loss", "smooth_l1_loss
 LOSSES = CLASSIFICATION_LOSSES | BINARY_LOSSES | REGRESSION_LOSSES | {"kl_div", "KLDivLoss"}
 
 
+# the functional name each loss module computes (the runtime's loss observations are named by it)
+FUNCTIONAL = {"MSELoss": "mse_loss", "L1Loss": "l1_loss", "SmoothL1Loss": "smooth_l1_loss", "HuberLoss": "huber_loss",
+              "CrossEntropyLoss": "cross_entropy", "NLLLoss": "nll_loss", "BCEWithLogitsLoss": "binary_cross_entropy_with_logits",
+              "BCELoss": "binary_cross_entropy", "KLDivLoss": "kl_div"}
+
+
+def functional(loss: str) -> str:
+    """``mse_loss`` for ``MSELoss`` or ``mse_loss``."""
+    return FUNCTIONAL.get(loss, loss)
+
+
+def self_scheduled(call: ast.Call) -> bool:
+    """An optimizer that sets its own rate: Hugging Face's Adafactor with relative_step (its default) takes no lr,
+    and rejects one."""
+    if short(call.func) != "Adafactor":
+        return False
+    rel = kwarg(call, "relative_step")
+    return rel is None or not (isinstance(rel.value, ast.Constant) and rel.value.value is False)
+
+
 def dotted(node: ast.AST | None) -> str:
     """``torch.nn.functional.softmax`` for an attribute chain, ``x`` for a name, "" otherwise."""
     if isinstance(node, ast.Name):
@@ -492,7 +512,7 @@ class Script:
         max_lr / base_lr, TrainingArguments' learning_rate."""
         out: list[tuple[ast.Call, ast.AST | None, str]] = []
         opt = self.optimizer
-        if opt is not None:
+        if opt is not None and not self_scheduled(opt.call):
             k = kwarg(opt.call, "lr")
             groups = [d for a in opt.call.args for d in ast.walk(a) if isinstance(d, ast.Dict)]
             for d in groups:
