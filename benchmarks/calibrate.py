@@ -27,7 +27,7 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE / "faultzoo"), str(HERE.parent / "pyserver")]
 
 from rediagnose import diagnose  # noqa: E402
-from run import BINS, score, select  # noqa: E402
+from run import ece_bins, score, select  # noqa: E402
 
 from gradsight.analysis import calibration as cal  # noqa: E402
 
@@ -92,14 +92,7 @@ def fit(rows: list[Answer]) -> cal.Fit:
 
 
 def ece(pairs: list[tuple[float, bool]]) -> float:
-    """The zoo's measure (run.calibration): equal-width bins, the top one closed."""
-    total = 0.0
-    for b in range(BINS):
-        lo, hi = b / BINS, (b + 1) / BINS
-        inside = [(c, r) for c, r in pairs if lo <= c < hi or (b == BINS - 1 and c == 1.0)]
-        if inside:
-            total += len(inside) / len(pairs) * abs(sum(c for c, _ in inside) / len(inside) - sum(r for _, r in inside) / len(inside))
-    return total
+    return ece_bins(pairs)[0]  # (the zoo's measure)
 
 
 def main() -> int:

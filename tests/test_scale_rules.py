@@ -10,6 +10,17 @@ from pathlib import Path
 
 from .conftest import run_gradsight
 
+# the loop of both CNN scripts below: 512 images, batches of 64
+LOOP = '''
+for step in range(STEPS):
+    i = torch.randint(0, 512, (64,))
+    loss = nn.functional.cross_entropy(model(x[i]), y[i])
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+print(f"final loss {loss.item():.3f}")
+'''
+
 NORMS = '''
 import torch
 from torch import nn
@@ -25,14 +36,7 @@ def block(cin, cout):
 
 model = nn.Sequential(block(3, 16), block(16, 32), block(32, 32), block(32, 32), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(32, 3))
 opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, weight_decay=5e-4)
-for step in range(120):
-    i = torch.randint(0, 512, (64,))
-    loss = nn.functional.cross_entropy(model(x[i]), y[i])
-    opt.zero_grad()
-    loss.backward()
-    opt.step()
-print(f"final loss {loss.item():.3f}")
-'''
+''' + LOOP.replace("STEPS", "120")
 
 RESIDUAL = '''
 import torch
@@ -162,14 +166,7 @@ for name, m in model.named_modules():
     if isinstance(m, nn.BatchNorm2d) and WHICH:
         nn.init.zeros_(m.weight)
 opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-for step in range(100):
-    i = torch.randint(0, 512, (64,))
-    loss = nn.functional.cross_entropy(model(x[i]), y[i])
-    opt.zero_grad()
-    loss.backward()
-    opt.step()
-print(f"final loss {loss.item():.3f}")
-'''
+''' + LOOP.replace("STEPS", "100")
 
 
 def test_zero_gains_at_the_end_of_each_residual_branch_are_the_recipe_not_a_fault(tmp_path: Path) -> None:

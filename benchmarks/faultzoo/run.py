@@ -112,14 +112,9 @@ def score(expected: list[dict[str, str]] | None, diagnosis: dict[str, Any] | Non
     return Verdict(right, module_right, kind_right, f"{pair[0]}/{pair[1]}", conf, False, False)
 
 
-def calibration(verdicts: list[Verdict]) -> dict[str, Any]:
-    """Expected calibration error over BINS equal-width confidence bins, and precision at >= HIGH_CONFIDENCE.
-
-    Only answers with a confidence count (a root cause was given); correctness is `right`.
-    """
-    scored = [(v.confidence, v.right) for v in verdicts if v.confidence is not None]
-    if not scored:
-        return {"answers": 0, "ece": None, "high_confidence": 0, "high_confidence_precision": None, "bins": []}
+def ece_bins(scored: list[tuple[float, bool]]) -> tuple[float, list[dict[str, Any]]]:
+    """Expected calibration error of (confidence, right) pairs over BINS equal-width bins (the top one closed), and
+    the bins."""
     bins = []
     ece = 0.0
     for b in range(BINS):
@@ -131,6 +126,18 @@ def calibration(verdicts: list[Verdict]) -> dict[str, Any]:
         acc = sum(r for _, r in inside) / len(inside)
         ece += len(inside) / len(scored) * abs(conf - acc)
         bins.append({"from": lo, "to": hi, "n": len(inside), "confidence": round(conf, 3), "accuracy": round(acc, 3)})
+    return ece, bins
+
+
+def calibration(verdicts: list[Verdict]) -> dict[str, Any]:
+    """Expected calibration error over BINS equal-width confidence bins, and precision at >= HIGH_CONFIDENCE.
+
+    Only answers with a confidence count (a root cause was given); correctness is `right`.
+    """
+    scored = [(v.confidence, v.right) for v in verdicts if v.confidence is not None]
+    if not scored:
+        return {"answers": 0, "ece": None, "high_confidence": 0, "high_confidence_precision": None, "bins": []}
+    ece, bins = ece_bins(scored)
     high = [r for c, r in scored if c >= HIGH_CONFIDENCE]
     return {"answers": len(scored), "ece": round(ece, 4), "high_confidence": len(high),
             "high_confidence_precision": round(sum(high) / len(high), 4) if high else None, "bins": bins}

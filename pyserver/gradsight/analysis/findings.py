@@ -572,19 +572,19 @@ class Detector:
         chain = [(i, gain) for i, gain in judged if self.types[i] not in EMBEDDINGS and self.types[i] not in NORMS]
         low = [i for i, gain in chain if gain < self.t.init_gain_low]
         all_low = len(low) >= max(2, 0.5 * len(chain))
-        # normalisations are judged among themselves, and only for a gain near zero: most gains at zero silence every
-        # block after the first (one zero gain per residual block, its last, is the zero-init-residual recipe: they grow)
         # most layers started too large: the signal grows through all of them (an init applied to every layer with
         # one std), so a layer of that chain halfway past the bound takes part too (the smallest fan-in's, first)
         high_chain = [i for i, gain in chain if gain > self.t.init_gain_high]
         all_high = len(high_chain) >= max(2, 0.5 * len(chain))
         if all_high:
             high_chain = [i for i, gain in chain if gain > self.t.init_gain_high / 2]
+        # normalisations are judged among themselves, and only for a gain near zero: most gains at zero silence every
+        # block after the first (one zero gain per residual block, its last, is the zero-init-residual recipe: they grow)
         norms = [i for i, _ in judged if self.types[i] in NORMS]
-        low_norms = [i for i, gain in judged if i in norms and gain < self.t.init_gain_low]
+        low_norms = [i for i, gain in judged if self.types[i] in NORMS and gain < self.t.init_gain_low]
         norms_low = len(low_norms) >= max(2, 0.5 * len(norms))
         for i, gain in judged:
-            norm = i in norms
+            norm = self.types[i] in NORMS
             high = self.t.embedding_rms_high if self.types[i] in EMBEDDINGS else math.inf if norm else self.t.init_gain_high
             if all_high and i in high_chain:
                 high = self.t.init_gain_high / 2

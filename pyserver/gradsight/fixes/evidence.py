@@ -593,6 +593,11 @@ def init_statement(c: Context) -> bool:
     return bool(sites.weight_edits(c, c.target.module))
 
 
+def default_rms(shape: list[int]) -> float:
+    """The RMS of PyTorch's default init for a weight of this shape (kaiming_uniform with a=sqrt(5): 1/sqrt(3 fan_in))."""
+    return 1.0 / math.sqrt(3.0 * math.prod(shape[1:]))
+
+
 def start_ratios(c: Context, module: str) -> list[tuple[float, bool]] | None:
     """Each weight matrix of ``module`` (itself and the layers inside it), and each bias beside one, at the first
     sampled step: its RMS over PyTorch's default RMS for its shape (1/sqrt(3 fan_in); an embedding's 1), and whether
@@ -621,7 +626,7 @@ def start_ratios(c: Context, module: str) -> list[tuple[float, bool]] | None:
         if weight is None or len(weight[1]) < 2:
             continue
         embedding = c.data.modules[mid].type in ("Embedding", "EmbeddingBag")
-        default = 1.0 if embedding else 1.0 / math.sqrt(3.0 * math.prod(weight[1][1:]))
+        default = 1.0 if embedding else default_rms(weight[1])
         out.append((weight[0] / default, False))
         bias = own.get("bias")
         if bias is not None and not embedding:
@@ -659,7 +664,7 @@ def layers_off_scale(c: Context, factor: float = 4.0) -> int:
             continue
         numel = sum(int(q.get("numel") or 0) for q in c.data.params if q.get("module_id") == i)
         rms = float(w[0, i]) / math.sqrt(max(numel, 1))
-        default = 1.0 / math.sqrt(3.0 * math.prod(shape[1:]))
+        default = default_rms(shape)
         if rms < default / factor or rms > default * factor:
             n += 1
     return n
