@@ -74,3 +74,15 @@ def test_a_functional_dropout_is_named_by_the_layer_it_feeds_and_a_gate_feeds_no
 def test_an_ordinary_functional_dropout_is_not_reported(tmp_path: Path) -> None:
     d, _ = _trace(tmp_path, "0.1")
     assert not any(f["kind"] == "dropout_too_high" for f in d["findings"]), d["findings"]
+
+
+def test_a_functional_model_is_measured_on_sampled_steps_only(tmp_path: Path) -> None:
+    """Its forward calls none of its modules, so no forward order is ever seen; the modules keep their places after
+    two measured steps, and the run is measured every 100 steps like any other, not on every step (10x slower)."""
+    _, store = _trace(tmp_path, "0.1")
+    with store as run:
+        steps = run.steps()
+        orders = [m.forward_order for m in run.modules()]
+    assert len(steps["step"]) == 120
+    assert int(steps["sampled"].sum()) <= 5, steps["sampled"]
+    assert all(o is not None for o in orders)

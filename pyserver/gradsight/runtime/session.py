@@ -769,9 +769,14 @@ class Session:
             for mid, training in rec.modes.items():
                 modes[mid] = float(training)
             self.writer.put_metric(step, "training", modes, part=w.part)
-        if rec.order and not w.order_known:
-            w.learn_order(self.writer, rec.order)
-            self._reindex()
+        if not w.order_known:
+            # a model whose modules its forward never calls has no order to learn: after two measured steps without
+            # one (the first may have run before the recorder was armed), its modules keep their places, so that its
+            # steps stop being measured for the order
+            w.unordered = 0 if rec.order else w.unordered + 1
+            if rec.order or w.unordered >= 2:
+                w.learn_order(self.writer, rec.order)
+                self._reindex()
         for mid, arr in rec.captured:
             self.writer.put_tensor(step, w.names[mid], "activation", arr)
         if rec.captured:  # the input of the forward whose activations were kept (token labels, the sample shown)

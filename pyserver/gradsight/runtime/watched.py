@@ -77,6 +77,7 @@ class Watched:
         self.updates = gs.UpdateTracker()
         self.inputs = inputs
         self.order_known = False
+        self.unordered = 0  # measured forwards that called none of its modules (a functional model's F.linear calls)
         self.rank: dict[int, int] = {}  # module id -> its place in the forward pass, once known
         self.params_state: dict[int, tuple[int, int, int]] = {}
         self.params_due = 0  # the next sampled step at which the parameters' set-up is recorded
