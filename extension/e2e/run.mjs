@@ -149,9 +149,10 @@ async function palette(page, title) {
             await page.keyboard.press('Enter');
             return;
         } catch (e) {
-            if (attempt >= 3) { throw e; }
+            // (a webview that reclaims the focus leaves the palette inert for a while on a loaded machine: wait longer each time)
+            if (attempt >= 6) { throw e; }
             await page.keyboard.press('Escape').catch(() => {});
-            await page.waitForTimeout(700);
+            await page.waitForTimeout(700 * (attempt + 1));
         }
     }
 }
