@@ -61,9 +61,9 @@ def install(variant: str, model: torch.nn.Module) -> Callable[[], None]:
 
         return remove
     tags = nanorigin.Tags()
-    on_output: Callable[[Any, Any], None] = (lambda m, out: tags.tag(out, m)) if variant == "watch" else _mark_metadata
-    watch = hooks.ForwardWatch(lambda tag, args, kwargs: None, on_output)
-    watch.on_top_call = tags.top_call
+    watch = hooks.ForwardWatch(lambda tag, args, kwargs: None, tags if variant == "watch" else None)
+    if variant != "watch":
+        watch.on_output = _mark_metadata
     watch.follow("model", _Unarmed(), model)
     AFTER_BACKWARD.append(tags.clear)
 

@@ -29,6 +29,9 @@ import torch.optim.optimizer as optim_hooks
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
+from .layout import first_tensor
+from .nanorigin import Tags
+
 
 class Listener(Protocol):
     def on_optimizer_created(self, optimizer: torch.optim.Optimizer) -> None: ...
@@ -235,10 +238,10 @@ def step_count(optimizer: torch.optim.Optimizer) -> int:
 MAX_CANDIDATES = 16  # top-level modules remembered as candidates for a model
 
 
-def compiling() -> bool:
-    """True while torch.compile (Dynamo) traces: gradsight's module hooks then do nothing, so that they add
-    no graph break and nothing to the compiled graph (a compiled model's inner modules are not measured)."""
-    return torch.compiler.is_compiling()
+# True while torch.compile (Dynamo) traces: gradsight's module hooks then do nothing, so that they add no graph
+# break and nothing to the compiled graph (a compiled model's inner modules are not measured). Looked up once:
+# the hooks ask at every module call.
+_is_compiling = torch.compiler.is_compiling
 
 
 class ForwardWatch:
@@ -247,8 +250,7 @@ class ForwardWatch:
     candidates for a model, and the calls of each chosen model (its inputs, keyword arguments too), whatever wraps
     it. Every module output's graph node is marked (``on_output``), and armed activation recorders measure."""
 
-    def __init__(self, on_root_call: Callable[[Any, tuple[Any, ...], dict[str, Any]], None],
-                 on_output: Callable[[nn.Module, Any], None] | None = None) -> None:
+    def __init__(self, on_root_call: Callable[[Any, tuple[Any, ...], dict[str, Any]], None], tags: Tags | None = None) -> None:
         # the last few top-level modules called (bounded: a loss module made anew at every step must not pile up)
         self.candidates: OrderedDict[int, nn.Module] = OrderedDict()
         self.last_call: dict[int, tuple[tuple[Any, ...], dict[str, Any]]] = {}  # each candidate's last top-level call
@@ -258,12 +260,12 @@ class ForwardWatch:
         self._handles: list[RemovableHandle] = []
         self._roots: dict[int, Any] = {}  # id() of each chosen model (and of what wraps it: DDP, torch.compile) -> its tag
         self._on_root_call = on_root_call
-        self._on_output = on_output  # every module call's output
+        self.tags = tags  # each module output's graph node is held there, and a top-level call starts a new forward
+        self.on_output: Callable[[nn.Module, Any], None] | None = None  # each module call's output, while set
         self.recorders: list[Any] = []  # the ActivationRecorder of each chosen model, armed or not
         self.tracking = False  # keep the stack of running modules (on measured steps, for observations)
         self.stack: list[nn.Module] = []
         self.on_start: Callable[[nn.Module, Any], None] | None = None  # while tracking: each module call's start
-        self.on_top_call: Callable[[], None] | None = None  # a top-level module call starts
 
     def install(self) -> None:
         if self._handles:
@@ -288,48 +290,57 @@ class ForwardWatch:
         self.install()
 
     def _pre(self, module: nn.Module, args: Any) -> None:
-        if compiling():  # inside a graph torch.compile traces: nothing of gradsight's may enter it
+        if _is_compiling():  # inside a graph torch.compile traces: nothing of gradsight's may enter it
             return
-        for rec in self.recorders:
-            if rec.want_order:
-                rec.note_call(module, args)
+        if self.recorders:
+            for rec in self.recorders:
+                if rec.want_order:
+                    rec.note_call(module, args)
         if self.tracking:
             self.stack.append(module)
             if self.on_start is not None:
                 self.on_start(module, args)
-        if self._depth == 0 and self.on_top_call is not None:
-            self.on_top_call()
+        if self._depth == 0 and self.tags is not None:
+            self.tags.top_call()
         self._depth += 1
-        key = id(module)
-        if not self._roots and key not in self._seen:  # (the first model's forward order: until it is chosen)
-            self._seen.add(key)
-            self.order.append(key)
+        if not self._roots:  # (the first model's forward order: until it is chosen)
+            key = id(module)
+            if key not in self._seen:
+                self._seen.add(key)
+                self.order.append(key)
 
     def _post(self, module: nn.Module, args: Any, *rest: Any) -> None:
-        """(module, args, kwargs, output); when the forward raised, PyTorch calls it as (module, args, output)."""
-        if compiling():
+        """(module, args, kwargs, output); when the forward raised, PyTorch calls it as (module, args, output).
+        It runs for every module call of every step: the ordinary step's path is kept to a few attribute reads."""
+        if _is_compiling():
             return
-        kwargs, output = (rest[0], rest[1]) if len(rest) == 2 else ({}, rest[-1] if rest else None)
+        output = rest[-1] if rest else None
         if self.tracking and self.stack:
             while self.stack and self.stack.pop() is not module:
                 pass
-        if self._on_output is not None:
-            self._on_output(module, output)
-        self._depth = max(0, self._depth - 1)
+        tags = self.tags
+        if tags is not None:  # the output's graph node, for where a non-finite loss started
+            fn = getattr(output if isinstance(output, torch.Tensor) else first_tensor(output), "grad_fn", None)
+            if fn is not None:
+                tags.hold(fn, id(module))
+        if self.on_output is not None:
+            self.on_output(module, output)
+        self._depth = self._depth - 1 if self._depth > 0 else 0
         tag = self._roots.get(id(module))
         if tag is not None:
-            self._on_root_call(tag, args, kwargs)
+            self._on_root_call(tag, args, rest[0] if len(rest) == 2 else {})
         elif self._depth == 0:
             key = id(module)
             self.candidates[key] = module
             self.candidates.move_to_end(key)
-            self.last_call[key] = (args, kwargs)
+            self.last_call[key] = (args, rest[0] if len(rest) == 2 else {})
             if len(self.candidates) > MAX_CANDIDATES:
                 old, _ = self.candidates.popitem(last=False)
                 self.last_call.pop(old, None)
-        for rec in self.recorders:
-            if rec.armed:
-                rec.measure(module, args, output)
+        if self.recorders:
+            for rec in self.recorders:
+                if rec.armed:
+                    rec.measure(module, args, output)
 
     def largest(self, exclude: set[int]) -> nn.Module | None:
         """The top-level module called so far with the most parameters (none of ``exclude``)."""

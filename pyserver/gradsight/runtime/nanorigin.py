@@ -44,14 +44,18 @@ class Tags:
         if self._calls[-1]:
             self._calls.append({})
 
+    def hold(self, fn: Any, module_id: int) -> None:
+        """Remember a module output's graph node (the innermost module, called first, keeps it)."""
+        held = self._calls[-1]
+        key = id(fn)
+        if key not in held:
+            held[key] = (fn, module_id)
+
     def tag(self, output: Any, module: object) -> None:
-        """Remember the graph node of a module's output (the innermost module, called first, keeps it)."""
+        """Remember the graph node of a module's output, if it has one."""
         fn = getattr(output, "grad_fn", None)
         if fn is not None:
-            held = self._calls[-1]
-            key = id(fn)
-            if key not in held:
-                held[key] = (fn, id(module))
+            self.hold(fn, id(module))
 
     def module_of(self, node: Any) -> int | None:
         key = id(node)

@@ -199,9 +199,8 @@ class Session:
         self._warned_unstepped = False
         self._loss_start: list[float] = []  # the first losses: the run's scale
         self._loss_scale = math.nan
-        self._forward = ForwardWatch(self._on_root_call, self._on_output)
         self._tags = nanorigin.Tags()  # module outputs' graph nodes, for where a non-finite loss started
-        self._forward.on_top_call = self._tags.top_call
+        self._forward = ForwardWatch(self._on_root_call, self._tags)
         self._hooks = GlobalHooks(self)
         self._hooks.install()
         self.observer = Observer(self._current_module, lambda: type(self._forward.stack[-1]).__name__ if self._forward.stack else "")
@@ -489,12 +488,15 @@ class Session:
             except Exception as exc:
                 self._internal_error("input", exc)
 
+    def _set_probe(self, probe: nanorigin.BackwardProbe | None) -> None:
+        """A step whose backward is watched for where non-finite gradients are made: while one is due, each module
+        output is handed to :meth:`_on_output` (the module hooks hold every output's graph node anyway)."""
+        self._probe = probe
+        self._forward.on_output = self._on_output if probe is not None else None
+
     def _on_output(self, module: nn.Module, output: Any) -> None:
-        """Every module call's output: its graph node is marked with the module, so that a non-finite loss
-        can be traced to the module where it started (nanorigin), also before the model is known. On a step
-        probed for where non-finite gradients are made, each output's gradient is looked at as it passes."""
+        """On the step probed for where non-finite gradients are made, each output's gradient is looked at as it passes."""
         out = output if isinstance(output, torch.Tensor) else first_tensor(output)
-        self._tags.tag(out, module)
         if self._probe is not None and self._probe.step == self.step and out is not None and out.requires_grad:
             gid = self._index.get(id(module))
             if gid is not None and gid in self._leaves:
@@ -861,7 +863,7 @@ class Session:
         origin = self._nan_origin if current else None
         probe = self._probe
         if probe is not None and probe.step == c.step and current:
-            self._probe = None
+            self._set_probe(None)
             made = probe.origin(self._rank_of)
             if made is not None and not values.scalars.get("loss_nonfinite"):  # (a non-finite forward says nothing of the backward)
                 name = self._name(made)
@@ -870,7 +872,7 @@ class Session:
                     "the one it passes back is not"), data={"origin": name, "where": "backward"})
         elif (probe is None and current and origin is None and values.scalars.get("grad_nonfinite")
               and not values.scalars.get("loss_nonfinite") and c.step == self.step):
-            self._probe = nanorigin.BackwardProbe(self.step + 1)  # the loss is finite, the gradients are not: watch the next backward
+            self._set_probe(nanorigin.BackwardProbe(self.step + 1))  # the loss is finite, the gradients are not: watch the next backward
         for f in anomalies:
             data: dict[str, Any] = {"capture_until": self._capture_until, **({"captured_at": self.step} if c.step != self.step else {})}
             if f.trigger == "nan_inf" and origin is not None:
