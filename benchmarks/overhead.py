@@ -57,7 +57,7 @@ def _account(cls: type, name: str) -> None:
 # gradsight's callbacks on the training thread (op_counts.py instruments the same ones)
 CALLBACKS: tuple[tuple[type, str], ...] = (
     *((_session.Session, name) for name in ("on_optimizer_created", "on_optimizer_pre", "on_closure_end", "on_optimizer_post",
-                                            "on_backward_begin", "on_backward_end", "on_zero_grad", "on_clip", "on_scaled",
+                                            "on_backward_begin", "on_backward_end", "on_zero_grad", "on_clip", "on_clip_norms", "on_scaled",
                                             "on_scaler_step")),
     # (the activation recorder runs inside these two: they are its hooks)
     *((_hooks.ForwardWatch, name) for name in ("_pre", "_post")))

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -129,6 +131,57 @@ def test_gradients_are_read_before_clipping(tmp_path: Path) -> None:
         assert np.all(steps["grad_norm_clipped"] <= 1.0 + 1e-5) and np.all(steps["clip_norm"] == 1.0)
         _, per_module = run.metric("grad_norm")
         assert np.nanmax(per_module[20]) > 50
+
+
+CLIPPED = """\
+    import json
+    import torch
+    from torch import nn
+    calls = [0]
+    original = torch._foreach_norm
+    def counted(*args, **kwargs):
+        calls[0] += 1
+        return original(*args, **kwargs)
+    torch._foreach_norm = counted
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=1e-2)
+    pre, totals, per_step = [], [], []
+    for step in range(40):
+        x = torch.randn(16, 8)
+        loss = (model(x) - 3 * x.sum(1, keepdim=True)).pow(2).mean()
+        opt.zero_grad(); loss.backward()
+        pre.append([float(torch.linalg.vector_norm(p.grad)) for p in model.parameters()])
+        before = calls[0]
+        totals.append(float(torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)))
+        opt.step()
+        per_step.append(calls[0] - before)
+    print(json.dumps({"totals": totals, "weights": [p.detach().flatten().tolist() for p in model.parameters()], "pre": pre,
+                      "calls": per_step}))
+    """
+
+
+def test_an_ordinary_clipped_step_takes_the_norms_clipping_computes(tmp_path: Path) -> None:
+    """clip_grad_norm_ takes every gradient's L2 norm before it scales them: an ordinary step records those
+    (one pass over the gradients, not two), and the script computes and clips exactly as without gradsight."""
+    plain_script = tmp_path / "plain.py"
+    plain_script.write_text(textwrap.dedent(CLIPPED))
+    plain = json.loads(subprocess.run([sys.executable, str(plain_script)], capture_output=True, text=True, check=True,
+                                      cwd=tmp_path).stdout.splitlines()[-1])
+    run, out, _ = _trace(tmp_path, CLIPPED, "--every", "10")
+    traced = json.loads(out[-1])
+    assert traced["totals"] == plain["totals"] and traced["weights"] == plain["weights"]  # bit for bit
+    with run:
+        steps = run.steps()
+        sampled = steps["sampled"].astype(bool)
+        # (the step after a sampled one also reads the weights' update: not an ordinary step)
+        ordinary = [s for s in range(1, 40) if not sampled[s] and not sampled[s - 1]]
+        assert len(ordinary) > 25
+        assert [traced["calls"][s] for s in ordinary] == [1] * len(ordinary)  # the clip's own norms, not taken again
+        _, norms = run.metric("param_grad_norm")
+        assert np.allclose(norms[ordinary], np.asarray(traced["pre"])[ordinary], rtol=1e-6)  # as before clipping
+        assert np.all(steps["grad_norm"][ordinary] > 0.5)  # (so clipping did scale them)
+        assert np.allclose(steps["grad_norm_clipped"][ordinary], 0.5, rtol=1e-4)
 
 
 def test_grad_scaler_records_unscaled_losses_and_skipped_steps(tmp_path: Path) -> None:

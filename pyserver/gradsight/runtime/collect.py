@@ -59,10 +59,11 @@ def host_losses(fetched: np.ndarray | None, on_host: list[float]) -> np.ndarray 
 
 
 def common(layout: Layout, losses: list[torch.Tensor], on_host: list[float], *, defer: bool, ring: Ring, step: int,
-           meta: dict[str, object], reduce: gs.Reduce | None = None
+           meta: dict[str, object], reduce: gs.Reduce | None = None, norms: dict[int, torch.Tensor] | None = None
            ) -> tuple[gs.GradSample, dict[str, np.ndarray], np.ndarray | None] | Pending | None:
     """The common step: the fused L2 norm of every gradient (and the device losses) in one copy. A :class:`Pending`
-    when its reading is deferred; None when the general path is needed (a gradient is missing, say)."""
+    when its reading is deferred; None when the general path is needed (a gradient is missing, say). ``norms``:
+    each gradient's L2 norm by id(), taken by ``clip_grad_norm_`` before it scaled them (then not taken again)."""
     if layout.sparse:
         return None
     grads = [p.grad for p in layout.params]
@@ -75,7 +76,11 @@ def common(layout: Layout, losses: list[torch.Tensor], on_host: list[float], *, 
     if sharded:
         grads = [s if s.numel() else s.new_zeros(1) for s in (local(g) for g in grads)]  # type: ignore[arg-type]
     try:
-        vec = torch.stack(torch._foreach_norm(grads))  # type: ignore[arg-type]
+        taken = [norms.get(id(g)) for g in grads] if norms is not None and not sharded else None
+        if taken is not None and all(n is not None for n in taken):
+            vec = torch.stack(taken)  # type: ignore[arg-type]
+        else:
+            vec = torch.stack(torch._foreach_norm(grads))  # type: ignore[arg-type]
     except RuntimeError:  # mixed devices
         return None
     if vec.dtype != torch.float32:

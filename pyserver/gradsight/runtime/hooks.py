@@ -48,7 +48,9 @@ class Listener(Protocol):
 
     def on_zero_grad(self) -> None: ...
 
-    def on_clip(self, parameters: list[torch.Tensor], how: str, limit: float | None) -> None: ...
+    def on_clip(self, parameters: list[torch.Tensor], how: str, limit: float | None, shareable: bool = False) -> bool: ...
+
+    def on_clip_norms(self, parameters: list[torch.Tensor], norms: dict[int, torch.Tensor], total: Any) -> None: ...
 
     def on_scaled(self, scaler: Any, loss: Any, scaled: Any) -> None: ...
 
@@ -66,6 +68,45 @@ def _limit(how: str, args: tuple[Any, ...], kwargs: dict[str, Any], name: str) -
         return float(value) if value is not None else None
     except (TypeError, ValueError, RuntimeError):
         return None
+
+
+def _l2_foreach(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """Whether a ``clip_grad_norm_(parameters, max_norm, norm_type, error_if_nonfinite, foreach)`` call takes L2 norms
+    by ``torch._foreach_norm`` (its default): then they are the per-gradient norms gradsight takes."""
+    norm_type = args[1] if len(args) > 1 else kwargs.get("norm_type", 2.0)
+    foreach = args[3] if len(args) > 3 else kwargs.get("foreach")
+    try:
+        return float(norm_type) == 2.0 and foreach is not False
+    except (TypeError, ValueError):
+        return False
+
+
+class NormTap:
+    """While open, every ``torch._foreach_norm`` call of L2 norms passes through unchanged, and each norm it returns
+    is kept by id() of its tensor (``clip_grad_norm_`` looks the function up on ``torch`` at each call)."""
+
+    def __init__(self) -> None:
+        self.norms: dict[int, torch.Tensor] = {}
+        self._original: Callable[..., Any] | None = None
+
+    def __enter__(self) -> NormTap:
+        original = self._original = torch._foreach_norm
+        norms = self.norms
+
+        def _foreach_norm(tensors: Any, *args: Any, **kwargs: Any) -> Any:
+            out = original(tensors, *args, **kwargs)
+            ord_ = args[0] if args else kwargs.get("ord", 2)
+            if not kwargs.get("dtype") and len(args) < 2 and isinstance(ord_, (int, float)) and float(ord_) == 2.0:
+                for t, n in zip(tensors, out):
+                    norms[id(t)] = n
+            return out
+
+        functools.update_wrapper(_foreach_norm, original)
+        torch._foreach_norm = _foreach_norm  # type: ignore[assignment]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        torch._foreach_norm = self._original  # type: ignore[assignment]
 
 
 class GlobalHooks:
@@ -176,8 +217,14 @@ class GlobalHooks:
                         # a generator is read once, here: the original gets the same items, as a generator again
                         params = list(parameters)
                         passed = (p for p in params) if isinstance(parameters, types.GeneratorType) else params
-                    lst.on_clip(params, how, _limit(how, args, kwargs, name))
-                    return original(passed, *args, **kwargs)
+                    share = name == "clip_grad_norm_" and _l2_foreach(args, kwargs) and not _is_compiling()
+                    if not lst.on_clip(params, how, _limit(how, args, kwargs, name), share):
+                        return original(passed, *args, **kwargs)
+                    # the listener reads the gradients' norms that clipping computes anyway (one pass over them, not two)
+                    with NormTap() as tap:
+                        total = original(passed, *args, **kwargs)
+                    lst.on_clip_norms(params, tap.norms, total)
+                    return total
 
                 functools.update_wrapper(clip, original)
                 return clip

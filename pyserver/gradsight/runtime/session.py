@@ -168,6 +168,7 @@ class Session:
         self._clip_value: float | None = None
         self._skipped = False
         self._nan_origin: int | None = None  # where this step's non-finite loss came from (nanorigin)
+        self._sharing: tuple[Watched, bool] | None = None  # a clip_grad_norm_ call whose norms are the step's (on_clip_norms)
         self._probe: nanorigin.BackwardProbe | None = None  # a step whose backward is watched for where inf/NaN is made
         # the run
         self._primary: weakref.ReferenceType[torch.optim.Optimizer] | None = None
@@ -419,22 +420,62 @@ class Session:
     def on_zero_grad(self) -> None:
         self._zeroed = True
 
-    def on_clip(self, parameters: list[torch.Tensor], how: str, limit: float | None) -> None:
+    def on_clip(self, parameters: list[torch.Tensor], how: str, limit: float | None, shareable: bool = False) -> bool:
         """Clipping is about to change the gradients: read the step's values now (the last clip before
-        the step wins), so that the step records and judges the gradients as the backward made them."""
+        the step wins), so that the step records and judges the gradients as the backward made them.
+        True when the step is an ordinary one that ``clip_grad_norm_`` covers (``shareable``): its norms are then
+        taken from the clipping (:meth:`on_clip_norms`), which computes the same ones before it scales."""
         if self._broken or self._step_open or not parameters:
-            return
+            return False
         w = next((m for m in self.models if id(parameters[0]) in m.param_ids), None)
         if w is None:
-            return
+            return False
         self._clip_limit = limit if how == "norm" and limit is not None and math.isfinite(limit) else None
         self._clip_value = limit if how == "value" and limit is not None and math.isfinite(limit) else None
         clock = w is self.watched
+        if shareable and self._ordinary(w, clock) and self._covers(w, parameters):
+            self._stash = None
+            self._sharing = (w, clock)
+            return True
 
         def stash() -> None:
             self._stash = (w, self._collect(w, clock))
 
         self.own.timed(lambda: self._guard("step", stash))
+        return False
+
+    def on_clip_norms(self, parameters: list[torch.Tensor], norms: dict[int, torch.Tensor], total: Any) -> None:
+        """The norms ``clip_grad_norm_`` took of the gradients before scaling them: the ordinary step's values."""
+        sharing, self._sharing = self._sharing, None
+        if sharing is None or self._broken:
+            return
+        w, clock = sharing
+        missing = [p.grad for p in w.layout.params if p.grad is not None and id(p.grad) not in norms]
+        if missing:  # (not expected) the clipped gradients' norms, over the factor that clipping scaled them by
+            t = float(total) if isinstance(total, torch.Tensor) and total.numel() == 1 else math.nan
+            limit = self._clip_limit
+            if limit is None or not math.isfinite(t) or t <= 0 or limit <= 0:
+                return  # (the step reads the gradients as clipped)
+            factor = min(1.0, limit / (t + 1e-6))  # clip_grad_norm_'s own formula
+            for g, n in zip(missing, torch._foreach_norm(missing)):
+                norms[id(g)] = n / factor
+
+        def stash() -> None:
+            self._stash = (w, self._collect(w, clock, norms=norms))
+
+        self.own.timed(lambda: self._guard("step", stash))
+
+    def _covers(self, w: Watched, parameters: list[torch.Tensor]) -> bool:
+        """Every gradient of the model is in the clipping, dense and on one device (the fused norms of the ordinary step)."""
+        layout = w.layout
+        if layout.sparse or layout.sharded_any or not layout.params:
+            return False
+        clipped = {id(p) for p in parameters}
+        device = layout.params[0].device
+        for p in layout.params:
+            if p.grad is None or id(p) not in clipped or p.grad.is_sparse or p.grad.device != device:
+                return False
+        return True
 
     def on_scaled(self, scaler: Any, loss: Any, scaled: Any) -> None:
         if not self._broken:
@@ -673,21 +714,30 @@ class Session:
             w.leads = self.step == 0
         return self.step if w.leads or self.step == 0 else self.step - 1
 
-    def _collect(self, w: Watched, clock: bool) -> Collected | Pending:
-        """Collect on the device: the common step's fused norms, or everything a sampled step needs."""
+    def _is_sampled(self, w: Watched, clock: bool) -> bool:
+        return self._sampled(self._step_of(w, clock)) if clock else w.recorder.armed or bool(w.recorder.rows)
+
+    def _ordinary(self, w: Watched, clock: bool) -> bool:
+        """The step takes the common path: its gradients' norms are all it reads of them."""
+        return (not self._is_sampled(w, clock) and self._prebw is None and (self._upd_ids is None or not clock)
+                and self._input_stats is None)
+
+    def _collect(self, w: Watched, clock: bool, norms: dict[int, torch.Tensor] | None = None) -> Collected | Pending:
+        """Collect on the device: the common step's fused norms (``norms``: those clipping took already), or
+        everything a sampled step needs."""
         layout = w.layout
         step = self._step_of(w, clock)
-        sampled = self._sampled(step) if clock else w.recorder.armed or bool(w.recorder.rows)
+        sampled = self._is_sampled(w, clock)
         losses, on_host = self.loss.split()
         explicit = self.loss.explicit if self.loss.explicit is not None else (
             self.loss.closure if isinstance(self.loss.closure, float) else None)
         zeroed = self._zeroed_flag({})
-        if not sampled and self._prebw is None and (self._upd_ids is None or not clock) and self._input_stats is None:
+        if self._ordinary(w, clock):
             device = layout.params[0].device if layout.params else torch.device("cpu")
             meta: dict[str, object] = {"explicit_loss": explicit, "lr": self._lr(), "n_backward": self._n_backward, "zeroed": zeroed,
                                        "clip_limit": self._clip_limit, "amp_scale": None, "loss_factor": self.loss.factor()}
             fast = col.common(layout, losses, on_host, defer=clock and self._deferring(device), ring=self._ring, step=step, meta=meta,
-                              reduce=self.dist.reduce)
+                              reduce=self.dist.reduce, norms=norms)
             if isinstance(fast, Pending):
                 return fast
             if fast is not None:
