@@ -984,6 +984,7 @@ class Session:
         self._zeroed = None
         self._prebw = None
         self._stash = None
+        self._sharing = None  # (a clip that raised never handed its norms over)
         self._clip_limit = None
         self._clip_value = None
         self._skipped = False
