@@ -67,6 +67,12 @@ def detect(d: RunData, t: Thresholds, curve: LossCurve) -> list[Finding]:
         within = first.get("entropy_valid") or first.get("entropy")
         heads = np.array(within if isinstance(within, list) else [], dtype=np.float64)
         tops = np.array(first.get("maxprob") or [], dtype=np.float64)
+        kept, hidden = first.get("kept_mode_share"), first.get("hidden_mode_share")
+        if isinstance(kept, (int, float)) and isinstance(hidden, (int, float)) and kept >= 0.9 and hidden < 0.5:
+            out.append(Finding(module, kinds.ATTENTION_COLLAPSE, "error",
+                               f"from step {step} its mask lets it attend only to one repeated input item ({kept:.0%} of the keys it may "
+                               "see: the padding) and hides the varied ones (the tokens or items): the padding mask is inverted", 0.9, step))
+            continue
         if math.isfinite(valid) and valid <= 1.5:
             out.append(Finding(module, kinds.ATTENTION_COLLAPSE, "error",
                                f"its mask leaves each query {valid:.2g} key{'s' if valid >= 1.5 else ''} of {keys} (from step {step}): every head "

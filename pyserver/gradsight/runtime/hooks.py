@@ -312,6 +312,7 @@ class ForwardWatch:
         self.recorders: list[Any] = []  # the ActivationRecorder of each chosen model, armed or not
         self.tracking = False  # keep the stack of running modules (on measured steps, for observations)
         self.stack: list[nn.Module] = []
+        self.top_args: tuple[Any, ...] = ()  # while tracking: the positional arguments of the running top-level call
         self.on_start: Callable[[nn.Module, Any], None] | None = None  # while tracking: each module call's start
 
     def install(self) -> None:
@@ -345,6 +346,8 @@ class ForwardWatch:
                     rec.note_call(module, args)
         if self.tracking:
             self.stack.append(module)
+            if self._depth == 0:
+                self.top_args = args
             if self.on_start is not None:
                 self.on_start(module, args)
         if self._depth == 0 and self.tags is not None:

@@ -41,13 +41,15 @@ def _compiling() -> bool:
 class Observer:
     """Gathers a measured step's observations; the session writes them with the step."""
 
-    def __init__(self, current_module: Callable[[], int | None], running_type: Callable[[], str] = lambda: "") -> None:
+    def __init__(self, current_module: Callable[[], int | None], running_type: Callable[[], str] = lambda: "",
+                 model_args: Callable[[], tuple[Any, ...]] = lambda: ()) -> None:
         self.armed = False
         self.keep_maps = False  # keep attention maps as tensors too (the first measured step, a capture)
         self.rows: list[tuple[str, int | None, dict[str, Any]]] = []  # (kind, module id, data)
         self.maps: list[tuple[int | None, torch.Tensor]] = []  # (module id, probabilities [B, H, Q, K])
         self._current = current_module
         self._type = running_type  # the class name of the innermost module running now
+        self._model_args = model_args  # the positional arguments of the model call running now
         self._restore: list[Callable[[], None]] = []
         self._seen: set[tuple[str, int | None]] = set()  # one observation of a kind per module and step
         # an F.dropout or sigmoid called in a forward, not by its module: its output, to name the module it feeds
@@ -264,9 +266,39 @@ class Observer:
                                                 "entropy": [round(float(v), 5) for v in ent.mean(dim=(0, 2)).tolist()],
                                                 "entropy_valid": [round(float(v), 5) for v in within.mean(dim=(0, 2)).tolist()],
                                                 "valid_keys": [round(float(v), 3) for v in valid.mean(dim=(0, 2)).tolist()],
-                                                "maxprob": [round(float(v), 5) for v in top.tolist()]}))
+                                                "maxprob": [round(float(v), 5) for v in top.tolist()],
+                                                **key_modes(probs, self._model_args())}))
         if self.keep_maps and p.numel() * 4 <= ATTENTION_BYTES:
             self.maps.append((module, p.detach().cpu()))
+
+
+def key_modes(probs: torch.Tensor, given: tuple[Any, ...]) -> dict[str, float]:
+    """How much the keys attention may see, and the keys it may not, are one repeated item (the padding), when the
+    model's input positions are the keys: token ids [B, K] or items [B, K, D] (a set's elements). An inverted padding
+    mask leaves the padding and hides the varied tokens. ``probs``: [B', H, Q, K] for the first B' rows of the batch,
+    or [B * H, Q, K] (nn.MultiheadAttention's weights, row b * H + h) or [B, Q, K]."""
+    k = probs.shape[-1]
+    x = next((a for a in given if isinstance(a, torch.Tensor) and a.dim() >= 2 and a.shape[1] == k
+              and (a.dim() == 2 and not a.is_floating_point() or a.dim() == 3 and a.is_floating_point())), None)
+    if x is None:
+        return {}
+    n = min(ATTENTION_SAMPLES, x.shape[0])
+    if probs.dim() == 4 and probs.shape[0] <= x.shape[0]:
+        n = min(n, probs.shape[0])
+        p = probs[:n]
+    elif probs.dim() == 3 and probs.shape[0] >= x.shape[0] and probs.shape[0] % x.shape[0] == 0:
+        heads = probs.shape[0] // x.shape[0]
+        p = probs[:n * heads].reshape(n, heads, probs.shape[1], k)
+    else:
+        return {}
+    seen = (p > 1e-9).any(2).any(1)  # [n, K]: keys that some query of some head may attend to
+    rows = x[:n].detach().to(seen.device)
+    out: dict[str, float] = {}
+    for name, part in (("kept_mode_share", rows[seen]), ("hidden_mode_share", rows[~seen])):
+        if part.shape[0] >= 8:
+            _, counts = torch.unique(part.reshape(part.shape[0], -1), dim=0, return_counts=True)
+            out[name] = round(float(counts.max()) / part.shape[0], 4)
+    return out
 
 
 def attention_probs(query: torch.Tensor, key: torch.Tensor, mask: Any, is_causal: bool, scale: float | None) -> torch.Tensor:

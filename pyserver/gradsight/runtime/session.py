@@ -204,7 +204,8 @@ class Session:
         self._forward = ForwardWatch(self._on_root_call, self._tags)
         self._hooks = GlobalHooks(self)
         self._hooks.install()
-        self.observer = Observer(self._current_module, lambda: type(self._forward.stack[-1]).__name__ if self._forward.stack else "")
+        self.observer = Observer(self._current_module, lambda: type(self._forward.stack[-1]).__name__ if self._forward.stack else "",
+                                 lambda: self._forward.top_args)
         self._forward.on_start = lambda module, args: self.observer.fed(self._index.get(id(module)), args)
         self.observer.install()
         self._maps_kept = False  # attention maps kept once (the first measured step), and again at a capture
@@ -775,6 +776,7 @@ class Session:
     def _write_observations(self, step: int) -> None:
         """A measured step's observations: rows, each attention module's mean entropy and largest weight, maps."""
         self._forward.tracking = False
+        self._forward.top_args = ()
         rows, maps = self.observer.take()
         w = self.watched
         ent: dict[int, float] = {}
