@@ -1,7 +1,7 @@
 """An inverted padding mask, traced for real: attention pooling over sets of items padded with zero rows, through
 nn.MultiheadAttention's key_padding_mask. Inverted (True on the real items), every query sees only the padding,
 which is one repeated item, and the loss stays at chance: the attention module is named. The same sets with the
-mask the right way round (most of each set is padding) train and are not."""
+mask the right way round (most of each set is padding) train and are not. The fix inverts the mask and validates."""
 
 from __future__ import annotations
 
@@ -71,6 +71,14 @@ def test_an_inverted_padding_mask_is_named_at_the_attention(tmp_path: Path, mask
         assert final > 0.6  # (chance is 0.69: nothing reaches the head)
         assert cause is not None and (cause["module"], cause["kind"]) == ("attn", "attention_collapse"), cause
         assert "the padding mask is inverted" in report["evidence"]
+        # the first fix inverts the mask where the script gives it, and a real re-run validates it
+        fix = report["fixes"][0]
+        assert fix["id"] == "invert-attention-mask", [f["id"] for f in report["fixes"]]
+        assert "torch.logical_not(~padding)" in fix["snippet"], fix
+        done = run_gradsight("validate", str(tmp_path / "run.db"), "--fix", fix["id"], "--json", cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+        got = json.loads(done.stdout)["fixes"][0]
+        assert got["verdict"] == "validated" and got["loss"] < got["loss_before"], got
     else:
         assert final < 0.3
         assert cause is None, cause

@@ -28,6 +28,13 @@ def _mean(values: object) -> float:
     return float(np.mean(values)) if isinstance(values, list) and values else math.nan
 
 
+def keeps_only_padding(row: dict[str, object]) -> bool:
+    """An attention observation whose mask leaves the keys of one repeated input item (the padding: 90% or more of
+    those it may see) and hides varied ones (no item half of them): an inverted padding mask."""
+    kept, hidden = row.get("kept_mode_share"), row.get("hidden_mode_share")
+    return isinstance(kept, (int, float)) and isinstance(hidden, (int, float)) and kept >= 0.9 and hidden < 0.5
+
+
 def masks(d: RunData) -> list[Finding]:
     """The model's attention_mask, as its calls gave it: one that hides every token of some sequences, or one that
     keeps a single repeated id (the padding) and hides the varied tokens (the text): inverted."""
@@ -67,8 +74,8 @@ def detect(d: RunData, t: Thresholds, curve: LossCurve) -> list[Finding]:
         within = first.get("entropy_valid") or first.get("entropy")
         heads = np.array(within if isinstance(within, list) else [], dtype=np.float64)
         tops = np.array(first.get("maxprob") or [], dtype=np.float64)
-        kept, hidden = first.get("kept_mode_share"), first.get("hidden_mode_share")
-        if isinstance(kept, (int, float)) and isinstance(hidden, (int, float)) and kept >= 0.9 and hidden < 0.5:
+        if keeps_only_padding(first):
+            kept = float(first["kept_mode_share"])  # type: ignore[arg-type]
             out.append(Finding(module, kinds.ATTENTION_COLLAPSE, "error",
                                f"from step {step} its mask lets it attend only to one repeated input item ({kept:.0%} of the keys it may "
                                "see: the padding) and hides the varied ones (the tokens or items): the padding mask is inverted", 0.9, step))

@@ -731,10 +731,13 @@ def attention_mask_arg(c: Context) -> bool:
 @premise
 def masks_hide_keys(c: Context) -> bool:
     """An attention layer saw only a few of its keys (a mask that hides the tokens, or all but one of them):
-    fewer than 30% of the keys (at most 1.5) got any attention; or the model's attention_mask itself reads inverted."""
+    fewer than 30% of the keys (at most 1.5) got any attention; or the model's attention_mask itself reads inverted,
+    or an attention layer's mask left it only the padding."""
     if attention.masks(c.data):
         return True
     for o in c.data.observed("attention"):
+        if attention.keeps_only_padding(o.data):
+            return True
         valid, keys = o.data.get("valid_keys") or [], float(o.data.get("keys") or 0)
         if valid and keys > 1 and float(np.mean(valid)) <= max(1.5, 0.3 * keys):
             return True
