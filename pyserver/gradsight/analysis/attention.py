@@ -28,6 +28,11 @@ def _mean(values: object) -> float:
     return float(np.mean(values)) if isinstance(values, list) and values else math.nan
 
 
+def _within(row: dict[str, object]) -> object:
+    """Each head's entropy over the keys it may see (over all keys in stores from before it was recorded)."""
+    return row.get("entropy_valid") or row.get("entropy")
+
+
 def keeps_only_padding(row: dict[str, object]) -> bool:
     """An attention observation whose mask leaves the keys of one repeated input item (the padding: 90% or more of
     those it may see) and hides varied ones (no item half of them): an inverted padding mask."""
@@ -63,8 +68,14 @@ def detect(d: RunData, t: Thresholds, curve: LossCurve) -> list[Finding]:
     for o in d.observed("attention"):
         if o.module is not None and o.data.get("entropy"):
             by_module.setdefault(o.module, []).append((o.step, o.data))
-    for module, rows in by_module.items():
+    for rows in by_module.values():
         rows.sort(key=lambda r: r[0])
+    # every attention layer of the model started near uniform and ended on single keys: healthy training sharpens some
+    # heads and leaves others broad (the probes' healthy transformers keep at least one layer above 0.5), so a model whose
+    # every layer collapsed had logits far too sharp, whether or not its loss still fell
+    ends = {m: (_mean(_within(r[0][1])), _mean(_within(r[-1][1]))) for m, r in by_module.items() if len(r) >= 2}
+    everywhere = bool(ends) and all(a >= 0.5 and b < t.attention_collapsed_entropy for a, b in ends.values())
+    for module, rows in by_module.items():
         step, first = rows[0]
         count = first.get("keys")
         keys = int(count) if isinstance(count, (int, float)) else 0
@@ -92,6 +103,13 @@ def detect(d: RunData, t: Thresholds, curve: LossCurve) -> list[Finding]:
                                f"one (head {worst}: {heads[worst]:.2g}" + (f", largest weight {tops[worst]:.2f}" if len(tops) > worst else "")
                                + "), where attention starts near uniform: the attention logits are far too large (scaled up, or "
                                "query/key weights too large)", min(1.0, 0.6 + 0.8 * (EARLY_ENTROPY - float(heads.mean()))), step))
+            continue
+        if everywhere and module in ends:
+            start, end = ends[module]
+            out.append(Finding(module, kinds.ATTENTION_ENTROPY_COLLAPSE, "error",
+                               f"its attention entropy fell from {start:.2g} to {end:.2g} of the uniform one over the keys it may see "
+                               f"(steps {rows[0][0]}-{rows[-1][0]}), as in every attention layer of the model: the heads attend to single "
+                               "keys (the attention logits are too sharp: a scale multiplied where it should divide, say)", 0.75, rows[-1][0]))
             continue
         if len(rows) >= 3:
             start, end = _mean(rows[0][1].get("entropy")), _mean(rows[-1][1].get("entropy"))
