@@ -1,10 +1,12 @@
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -20,6 +22,19 @@ def gradsight_cmd(*args: str) -> list[str]:
 def run_gradsight(*args: str, cwd: str | Path | None = None, timeout: float = 300, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     full_env = {**os.environ, "PYTHONPATH": str(ROOT / "pyserver"), **(env or {})}
     return subprocess.run(gradsight_cmd(*args), cwd=cwd, capture_output=True, text=True, timeout=timeout, env=full_env)
+
+
+def trace_and_diagnose(tmp_path: Path, source: str, name: str = "train.py") -> tuple[dict[str, Any], str, Path]:
+    """Write ``source`` as a script, ``gradsight trace`` it for real and ``diagnose --json`` its store:
+    (the diagnosis, what the script printed, the store)."""
+    script = tmp_path / name
+    script.write_text(source)
+    store = tmp_path / "run.db"
+    traced = run_gradsight("trace", str(script), "--output", str(store), "--quiet", cwd=tmp_path)
+    assert traced.returncode == 0, traced.stderr[-2000:]
+    out = run_gradsight("diagnose", str(store), "--json", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return json.loads(out.stdout), traced.stdout, store
 
 
 def old_schema_store(path: Path) -> Path:

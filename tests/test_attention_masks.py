@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import run_gradsight
+from .conftest import run_gradsight, trace_and_diagnose
 
 SETS = '''
 import torch
@@ -51,20 +51,9 @@ print(f"final loss {loss.item():.3f}")
 '''
 
 
-def _diagnose(tmp_path: Path, source: str) -> tuple[dict, str]:
-    script = tmp_path / "train.py"
-    script.write_text(source)
-    store = tmp_path / "run.db"
-    traced = run_gradsight("trace", str(script), "--output", str(store), "--quiet", cwd=tmp_path)
-    assert traced.returncode == 0, traced.stderr[-2000:]
-    out = run_gradsight("diagnose", str(store), "--json", cwd=tmp_path)
-    assert out.returncode == 0, out.stderr[-2000:]
-    return json.loads(out.stdout), traced.stdout
-
-
 @pytest.mark.parametrize("mask, inverted", [("~padding", True), ("padding", False)])
 def test_an_inverted_padding_mask_is_named_at_the_attention(tmp_path: Path, mask: str, inverted: bool) -> None:
-    report, printed = _diagnose(tmp_path, SETS.replace("MASK", mask))
+    report, printed, _ = trace_and_diagnose(tmp_path, SETS.replace("MASK", mask))
     final = float(printed.split("final loss")[-1])
     cause = report["root_cause"]
     if inverted:

@@ -4,12 +4,11 @@ op took the output and names the layer whose parameters that op also takes (trac
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from gradsight.store import RunStore
 
-from .conftest import run_gradsight
+from .conftest import trace_and_diagnose
 
 SCRIPT = """
 import torch
@@ -50,14 +49,8 @@ print(f"final loss {loss.item():.3f}")
 
 
 def _trace(tmp_path: Path, drop: str) -> tuple[dict, RunStore]:
-    script = tmp_path / "functional.py"
-    script.write_text(SCRIPT.replace("DROP", drop))
-    store = tmp_path / "run.db"
-    traced = run_gradsight("trace", str(script), "--output", str(store), "--quiet", cwd=tmp_path)
-    assert traced.returncode == 0, traced.stderr[-2000:]
-    out = run_gradsight("diagnose", str(store), "--json", cwd=tmp_path)
-    assert out.returncode == 0, out.stderr[-2000:]
-    return json.loads(out.stdout), RunStore(store)
+    report, _, store = trace_and_diagnose(tmp_path, SCRIPT.replace("DROP", drop), "functional.py")
+    return report, RunStore(store)
 
 
 def test_a_functional_dropout_is_named_by_the_layer_it_feeds_and_a_gate_feeds_none(tmp_path: Path) -> None:

@@ -5,10 +5,9 @@ after it passes back no gradient), not when it ends a residual branch (the gradi
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from .conftest import run_gradsight
+from .conftest import trace_and_diagnose
 
 # the loop of both CNN scripts below: 512 images, batches of 64
 LOOP = '''
@@ -84,14 +83,7 @@ print(f"final loss {loss.item():.3f}")
 
 
 def _diagnose(tmp_path: Path, source: str) -> dict:
-    script = tmp_path / "train.py"
-    script.write_text(source)
-    store = tmp_path / "run.db"
-    traced = run_gradsight("trace", str(script), "--output", str(store), "--quiet", cwd=tmp_path)
-    assert traced.returncode == 0, traced.stderr[-2000:]
-    out = run_gradsight("diagnose", str(store), "--json", cwd=tmp_path)
-    assert out.returncode == 0, out.stderr[-2000:]
-    return json.loads(out.stdout)
+    return trace_and_diagnose(tmp_path, source)[0]
 
 
 def test_a_norm_whose_eps_swamps_its_input_is_named(tmp_path: Path) -> None:

@@ -33,11 +33,16 @@ def _within(row: dict[str, object]) -> object:
     return row.get("entropy_valid") or row.get("entropy")
 
 
+def inverted(kept: float, hidden: float) -> bool:
+    """A mask that keeps one repeated item (the padding: 90% or more of what it keeps) and hides varied ones (no item
+    half of them): it is inverted."""
+    return kept >= 0.9 and hidden < 0.5
+
+
 def keeps_only_padding(row: dict[str, object]) -> bool:
-    """An attention observation whose mask leaves the keys of one repeated input item (the padding: 90% or more of
-    those it may see) and hides varied ones (no item half of them): an inverted padding mask."""
+    """An attention observation whose mask leaves it only the padding (:func:`inverted`)."""
     kept, hidden = row.get("kept_mode_share"), row.get("hidden_mode_share")
-    return isinstance(kept, (int, float)) and isinstance(hidden, (int, float)) and kept >= 0.9 and hidden < 0.5
+    return isinstance(kept, (int, float)) and isinstance(hidden, (int, float)) and inverted(kept, hidden)
 
 
 def masks(d: RunData) -> list[Finding]:
@@ -50,11 +55,11 @@ def masks(d: RunData) -> list[Finding]:
     empty = float(np.median([float(r.get("empty_rows") or 0.0) for _, r in rows]))
     kept = [float(v) for _, r in rows if isinstance(v := r.get("kept_mode_share"), (int, float))]
     hidden = [float(v) for _, r in rows if isinstance(v := r.get("hidden_mode_share"), (int, float))]
-    inverted = bool(kept and hidden and np.median(kept) >= 0.9 and np.median(hidden) < 0.5)
-    if empty < 0.05 and not inverted:
+    upside_down = bool(kept and hidden and inverted(float(np.median(kept)), float(np.median(hidden))))
+    if empty < 0.05 and not upside_down:
         return []
     what = (f"it hides every token of {empty:.0%} of the sequences" if empty >= 0.05 else "")
-    if inverted:
+    if upside_down:
         what += ("; " if what else "") + (f"the tokens it keeps are {np.median(kept):.0%} one repeated id (the padding) and the ones "
                                           "it hides vary (the text)")
     return [Finding("input", kinds.ATTENTION_COLLAPSE, "error",
@@ -82,7 +87,7 @@ def detect(d: RunData, t: Thresholds, curve: LossCurve) -> list[Finding]:
         if keys < MIN_KEYS:
             continue
         valid = _mean(first.get("valid_keys"))
-        within = first.get("entropy_valid") or first.get("entropy")
+        within = _within(first)
         heads = np.array(within if isinstance(within, list) else [], dtype=np.float64)
         tops = np.array(first.get("maxprob") or [], dtype=np.float64)
         if keeps_only_padding(first):

@@ -340,10 +340,9 @@ class ForwardWatch:
     def _pre(self, module: nn.Module, args: Any) -> None:
         if _is_compiling():  # inside a graph torch.compile traces: nothing of gradsight's may enter it
             return
-        if self.recorders:
-            for rec in self.recorders:
-                if rec.want_order:
-                    rec.note_call(module, args)
+        for rec in self.recorders:
+            if rec.want_order:
+                rec.note_call(module, args)
         if self.tracking:
             self.stack.append(module)
             if self._depth == 0:
@@ -387,10 +386,9 @@ class ForwardWatch:
             if len(self.candidates) > MAX_CANDIDATES:
                 old, _ = self.candidates.popitem(last=False)
                 self.last_call.pop(old, None)
-        if self.recorders:
-            for rec in self.recorders:
-                if rec.armed:
-                    rec.measure(module, args, output)
+        for rec in self.recorders:
+            if rec.armed:
+                rec.measure(module, args, output)
 
     def largest(self, exclude: set[int]) -> nn.Module | None:
         """The top-level module called so far with the most parameters (none of ``exclude``)."""

@@ -293,8 +293,14 @@ def key_modes(probs: torch.Tensor, given: tuple[Any, ...]) -> dict[str, float]:
         return {}
     seen = (p > 1e-9).any(2).any(1)  # [n, K]: keys that some query of some head may attend to
     rows = x[:n].detach().to(seen.device)
+    return modes(rows[seen], rows[~seen])
+
+
+def modes(kept: torch.Tensor, hidden: torch.Tensor) -> dict[str, float]:
+    """The share of the most common item (an id, or an item's row of features) among the positions a mask keeps and
+    among those it hides (at least 8 of each): padding is one repeated item, text is not."""
     out: dict[str, float] = {}
-    for name, part in (("kept_mode_share", rows[seen]), ("hidden_mode_share", rows[~seen])):
+    for name, part in (("kept_mode_share", kept), ("hidden_mode_share", hidden)):
         if part.shape[0] >= 8:
             _, counts = torch.unique(part.reshape(part.shape[0], -1), dim=0, return_counts=True)
             out[name] = round(float(counts.max()) / part.shape[0], 4)
@@ -329,10 +335,7 @@ def mask_stats(mask: torch.Tensor, ids: torch.Tensor | None) -> dict[str, Any] |
     out: dict[str, Any] = {"arg": "attention_mask", "rows": int(keep.shape[0]), "empty_rows": float((~keep.any(-1)).float().mean()),
                            "kept": float(keep.float().mean())}
     if ids is not None and ids.shape == mask.shape and not ids.is_floating_point():
-        for name, part in (("kept_mode_share", ids[keep]), ("hidden_mode_share", ids[~keep])):
-            if part.numel() >= 8:
-                _, counts = torch.unique(part, return_counts=True)
-                out[name] = float(counts.max()) / part.numel()
+        out.update(modes(ids[keep], ids[~keep]))
     return out
 
 
