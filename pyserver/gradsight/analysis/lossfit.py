@@ -267,16 +267,20 @@ def dropout(d: RunData, t: Thresholds, curve: LossCurve) -> list[Finding]:
         if o.data.get("training") and isinstance(o.data.get("p"), (int, float)):
             rates[where] = max(rates.get(where, 0.0), float(o.data["p"]))
     _, mode = d.metric("training")
+    # transformers train with dropout near 0.1: at half or more on several of their layers (every sublayer's
+    # output, the attention weights) a model that learns slowly is held back by it, though an MLP's 0.5 is classic
+    attentive = bool(d.observed("attention")) and sum(p >= t.dropout_high_attention for p in rates.values()) >= 2
     for name, p in rates.items():
-        if p < t.dropout_high:
+        if p < t.dropout_high and not (attentive and p >= t.dropout_high_attention and _struggles(curve, 0.6)):
             continue
         i = d.index.get(name)
         if i is not None and mode.size and np.isfinite(mode[:, i]).any() and not (mode[:, i][np.isfinite(mode[:, i])] == 1).any():
             continue  # never run in training mode
         # p >= 0.85 drops nearly every unit: wrong whatever the loss does; a lower high rate when training struggles
         poor = p >= 0.85 or _struggles(curve, 0.8)
+        why = ("a keep-probability written as a drop rate?" if p >= t.dropout_high else
+               f"a transformer's layers are trained near 0.1, and the loss fell only {max(0.0, _progress(curve)):.0%}")
         out.append(Finding(name, kinds.DROPOUT_TOO_HIGH, "error" if poor else "warning",
                            f"dropout p={p:g} drops {p:.0%} of the units at every training step: the layers after it see a "
-                           "fraction of their inputs (a keep-probability written as a drop rate?)", min(1.0, 0.5 + p / 2),
-                           int(d.steps["step"][0])))
+                           f"fraction of their inputs ({why})", min(1.0, 0.5 + p / 2), int(d.steps["step"][0])))
     return out
