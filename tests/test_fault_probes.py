@@ -45,6 +45,8 @@ CASES = {
     "set_j/f17_clip_class_targets": "a contrastive loss given class ids as targets instead of each row's pair",
     "set_k/f12_adam_weight_decay": "Adam's coupled decay as large as the gradient under a Gaussian NLL (no zero to measure progress from)",
     "set_k/f18_label_smoothing_09": "multi-label BCE targets smoothed to 0.45/0.55",
+    "set_j/f04_bert_encoder_frozen": "a BERT built from a config and frozen as if pretrained: its random weights never train",
+    "set_m/h05_ft_frozen_categories": "healthy: frozen random category embeddings (2% of the model) while the loss falls 58%",
     "set_n/f12_mlm_dropout": "a RoBERTa MLM with dropout 0.6 on every layer: its loss falls half as far",
 }
 

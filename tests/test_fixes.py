@@ -455,6 +455,92 @@ print("final", loss.item())
 """
 
 
+LABELS_SMOOTHED_AWAY = """
+import torch
+import torch.nn as nn
+
+torch.manual_seed(0)
+X = torch.randn(1024, 16)
+Y = (X[:, :4].sum(1) > 0).long() + 2 * (X[:, 4:8].sum(1) > 0).long()
+SMOOTHING = 0.9
+model = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 4))
+criterion = nn.CrossEntropyLoss(label_smoothing=SMOOTHING)
+opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+for step in range(200):
+    i = (step * 64) % 1024
+    loss = criterion(model(X[i:i + 64]), Y[i:i + 64])
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+print("final", loss.item())
+"""
+
+TWO_HEADS_ONE_SOFTMAXED = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+torch.manual_seed(0)
+X = torch.randn(1024, 16)
+Y = (X[:, :4].sum(1) > 0).long() + 2 * (X[:, 4:8].sum(1) > 0).long()
+
+
+class TwoHeads(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.trunk = nn.Sequential(nn.Linear(16, 64), nn.ReLU())
+        self.aux = nn.Linear(64, 1)
+        self.cls = nn.Linear(64, 4)
+
+    def forward(self, x):
+        h = self.trunk(x)
+        return self.aux(h), self.cls(h).softmax(dim=1)
+
+
+model = TwoHeads()
+opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+for step in range(200):
+    i = (step * 64) % 1024
+    aux, probs = model(X[i:i + 64])
+    loss = F.cross_entropy(probs, Y[i:i + 64]) + 0.1 * aux.pow(2).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+print("final", loss.item())
+"""
+
+ENCODER_SOFTMAX_HEAD = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+torch.manual_seed(0)
+X = torch.randn(1024, 6, 8)
+Y = (X[:, :, 0].sum(1) > 0).long() + 2 * (X[:, :, 1].sum(1) > 0).long()
+
+
+class Encoder(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inp = nn.Linear(8, 32)
+        self.encoder = nn.TransformerEncoder(nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True), 2)
+        self.head = nn.Sequential(nn.LayerNorm(32), nn.Linear(32, 4), nn.Softmax(dim=-1))
+
+    def forward(self, x):
+        return self.head(self.encoder(self.inp(x)).mean(1))
+
+
+model = Encoder()
+opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+for step in range(200):
+    i = (step * 64) % 1024
+    loss = F.cross_entropy(model(X[i:i + 64]), Y[i:i + 64])
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+print("final", loss.item())
+"""
+
 @pytest.mark.parametrize("name,source,fix_id", [
     # a Trainer class with accumulation: the loop over micro-batches is not the training loop, and its
     # self.scheduler.step() there runs the schedule four times too fast
@@ -463,6 +549,13 @@ print("final", loss.item())
     ("distill", OPTIMIZER_OVER_TEACHER, "optimizer-over-trained-model"),
     # a cosine whose horizon is one epoch's steps, read by a LambdaLR's function
     ("horizon", SCHEDULE_OF_ONE_EPOCH, "stretch-schedule"),
+    # label_smoothing=0.9 through a module constant: the constant is set to 0.1
+    ("smoothing", LABELS_SMOOTHED_AWAY, "typical-label-smoothing"),
+    # a forward that returns two outputs, the classifier's through .softmax(): that one loses its softmax
+    ("two_heads", TWO_HEADS_ONE_SOFTMAXED, "remove-softmax-before-ce"),
+    # nn.Softmax last in the head of a TransformerEncoder, whose attention out_proj is never called as a module
+    # (its weight is used functionally) and so comes last in the forward order: still the head's softmax is found
+    ("encoder_softmax", ENCODER_SOFTMAX_HEAD, "remove-softmax-before-ce"),
 ])
 def test_the_first_fix_answers_the_mechanism_and_a_rerun_validates_it(tmp_path: Path, name: str, source: str, fix_id: str) -> None:
     script, store = trace(tmp_path, name, source)

@@ -27,8 +27,11 @@ score were right on labelled runs.
 
 from __future__ import annotations
 
+import json
+import math
 import warnings
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -60,7 +63,10 @@ def find(data: RunData, findings: list[Finding], curve: LossCurve, t: Thresholds
     # (a loss spike the run recovered from is a warmup's peak or one bad batch: nothing to trace back)
     triggered = [e for e in data.events if e.kind == "trigger" and not (curve.spike_recovered and e.name == "loss_spike")]
     anomaly_step = min((e.step for e in triggered if e.step is not None), default=None)
-    if not errors and not triggered and not curve.not_decreasing and not curve.near_chance and _replaced(data, t)[0] < 0.5:
+    stuck = curve.not_decreasing or curve.near_chance or any(f.kind == "loss_spike" for f in findings)
+    untrained = [] if stuck else _frozen_untrained(data, findings, curve, t)
+    if not errors and not triggered and not curve.not_decreasing and not curve.near_chance and not untrained \
+            and _replaced(data, t)[0] < 0.5:
         return None
     rank = data.forward_rank()
     index = data.index
@@ -101,8 +107,10 @@ def find(data: RunData, findings: list[Finding], curve: LossCurve, t: Thresholds
         dying = [f for f in dying if f.kind != "dead_units" or f.step is None or first is None or f.step <= first + 1]
     tiers.append((5, [f for f in dying if f.mechanism] + _through_squashing(data, dying) + dying + of("saturation", None)
                   + of("attention_entropy_collapse")))
-    if curve.not_decreasing or curve.near_chance or any(f.kind == "loss_spike" for f in findings):
+    if stuck:
         tiers.append((6, _stagnation(data, findings, curve, t)))
+    elif untrained:
+        tiers.append((6, untrained))
     for tier, cands in tiers:
         if not cands:
             continue
@@ -271,6 +279,50 @@ def _learning_rate(data: RunData, findings: list[Finding], curve: LossCurve, t: 
                            f"{'spiked' if curve.spike_step is not None else 'diverged' if curve.diverging else 'did not decrease'}",
                            0.7, g.step))
     return out
+
+
+def _fresh(data: RunData) -> tuple[int, list[str]]:
+    """The frozen weight matrices that were never changed in the run and still have the scale of a fresh
+    initialisation (one normal init's std shared by them all, or PyTorch's default 1/sqrt(3 fan-in)): their
+    number of parameters and names. Pretrained weights, or weights trained and then frozen, have neither."""
+    steps, norms = data.metric("param_weight_norm")
+    if not len(steps):
+        return 0, []
+    cands: list[tuple[dict[str, Any], float, float]] = []
+    for p in data.params:
+        shape = json.loads(p["shape"]) if isinstance(p.get("shape"), str) else []
+        if p["trainable"] or len(shape) < 2 or p["id"] >= norms.shape[1] or not p["numel"]:
+            continue
+        col = norms[:, p["id"]].astype(np.float64)
+        if not np.isfinite(col).all() or np.ptp(col) > 1e-6 * max(abs(col[0]), 1e-12):
+            continue  # updated at some point of the run (trained, then frozen)
+        std = float(col[0]) / math.sqrt(p["numel"])
+        cands.append((p, std, std * math.sqrt(3 * math.prod(shape[1:]))))
+    if not cands:
+        return 0, []
+    median = float(np.median([c[1] for c in cands]))
+    fresh = [p for p, std, default in cands
+             if abs(default - 1) <= 0.1 or (len(cands) >= 2 and median > 0 and abs(std / median - 1) <= 0.1)]
+    return sum(p["numel"] for p in fresh), [p["name"] for p in fresh]
+
+
+def _frozen_untrained(data: RunData, findings: list[Finding], curve: LossCurve, t: Thresholds) -> list[Finding]:
+    """A frozen part still at its fresh initialisation (random weights nothing trained, here or before: a model
+    built from a config and frozen as if pretrained), holding a good share of the model, while the loss falls
+    little: the frozen random features are what it is stuck with. (A random stem frozen on purpose leaves
+    the loss falling.)"""
+    frozen = [f for f in findings if f.kind == "frozen"]
+    total = sum(p["numel"] for p in data.params) or 1
+    numel, names = _fresh(data)
+    progress = 1.0 - curve.tail / curve.head if curve.head > 0 and math.isfinite(curve.tail) else float("nan")
+    if not frozen or numel / total < t.frozen_untrained_share or not progress < t.frozen_untrained_progress:
+        return []
+    held = [f for f in frozen if any(n.startswith(f.module + ".") for n in names)] or frozen
+    biggest = max(held, key=lambda f: next((m.n_params for m in data.modules if m.name == f.module), 0))
+    return [Finding(biggest.module, "frozen", "error",
+                    f"{numel / total:.0%} of the parameters ({len(names)} weight matrices) are frozen at their initialisation: "
+                    "never changed and still at a fresh init's scale, so nothing trained them, here or before; the loss "
+                    f"fell only {max(0.0, progress):.0%}", 0.75, None)]
 
 
 def _stagnation(data: RunData, findings: list[Finding], curve: LossCurve, t: Thresholds) -> list[Finding]:

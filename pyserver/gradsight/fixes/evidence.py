@@ -333,7 +333,11 @@ def eps_high(c: Context) -> bool:
 
 @premise
 def weight_decay_high(c: Context) -> bool:
-    return any(wd > (0.1 if c.optimizer_type == "AdamW" else 1e-2) for wd in c.hypers("weight_decay"))
+    """A decay above what is usual; where the run showed the decay dominating the updates (Adam's coupled L2
+    of 1e-2 under a small gradient, say), any decay above the typical value the fix sets."""
+    adamw = c.optimizer_type == "AdamW"
+    limit = (0.01 if adamw else 1e-4) if c.target.kind == "weight_decay_too_high" else (0.1 if adamw else 1e-2)
+    return any(wd > limit for wd in c.hypers("weight_decay"))
 
 
 @premise
@@ -711,6 +715,12 @@ def output_relu(c: Context) -> bool:
 @premise
 def dropout_high(c: Context) -> bool:
     return bool(sites.dropout_sites(c, 0.5))
+
+
+@premise
+def label_smoothing_high(c: Context) -> bool:
+    """The script smooths its labels by a large amount (usual is 0.1)."""
+    return bool(sites.label_smoothing_sites(c, 0.3))
 
 
 @premise

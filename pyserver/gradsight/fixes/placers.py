@@ -912,6 +912,16 @@ def lower_dropout(c: Context, p: Patch, to: float = 0.1) -> str:
     return f"dropout keeps {round((1 - to) * 100)}% of the units"
 
 
+@placer
+def lower_label_smoothing(c: Context, p: Patch, to: float = 0.1) -> str:
+    found = sites.label_smoothing_sites(c, 0.3)
+    if not found:
+        raise NoPlace("no label smoothing of 0.3 or more")
+    for n in found:
+        p.replace_node(n, fmt(to))
+    return f"the true class keeps {round((1 - to) * 100)}% of the target's mass"
+
+
 # -- attention --------------------------------------------------------------------------------------------
 def _proper_scale(text: str, op: ast.operator) -> bool:
     """A factor that already scales the scores down by sqrt(d): ``* d ** -0.5``, ``* self.scale``, ``/ math.sqrt(d)``."""

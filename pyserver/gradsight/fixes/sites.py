@@ -7,10 +7,13 @@ import ast
 import re
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from ..store import UNREGISTERED
 from .script import INPLACE_INIT, Script, dotted, kwarg, number, short
 
 if TYPE_CHECKING:
+    from ..analysis.data import ModuleInfo
     from .evidence import Context
 
 DROPOUT_TYPES = {"Dropout", "Dropout1d", "Dropout2d", "Dropout3d", "AlphaDropout", "FeatureAlphaDropout"}
@@ -37,9 +40,17 @@ def ctor_of(c: Context, module: str) -> ast.Call | None:
 def _last_modules(c: Context, types: set[str]) -> list[str]:
     """Modules of these types that run last in the forward (nothing with parameters after them)."""
     ordered = sorted((m for m in c.data.modules if m.forward_order is not None and m.name), key=lambda m: m.forward_order or 0)
+    _, act = c.data.metric("act_mean")
+    ran = np.isfinite(act).any(axis=0) if act.size else np.zeros(0, dtype=bool)
+
+    def after(m: ModuleInfo) -> bool:
+        # modules never called go last in the order (an attention's out_proj whose weight is used functionally):
+        # when activations were measured, only those that ran come after the output
+        return bool(m.own_params) and not (ran.size and ran.any() and not ran[c.data.index[m.name]])
+
     out = []
     for k, m in enumerate(ordered):
-        if m.type in types and not any(n.own_params for n in ordered[k + 1:]):
+        if m.type in types and not any(after(n) for n in ordered[k + 1:]):
             out.append(m.name)
     return out
 
@@ -63,8 +74,10 @@ def _output_calls(s: Script, fnames: set[str]) -> list[ast.Call]:
     out: list[ast.Call] = []
     for fn in [n for n in ast.walk(s.tree) if isinstance(n, ast.FunctionDef)]:
         for r in [n for n in ast.walk(fn) if isinstance(n, ast.Return) and n.value is not None]:
-            if isinstance(r.value, ast.Call) and short(r.value.func) in fnames and (fn.name == "forward" or _returns_model_output(s, fn)):
-                out.append(r.value)
+            # (a forward returning several outputs, ``return boxes, scores.softmax(1)``: each of them)
+            for v in r.value.elts if isinstance(r.value, ast.Tuple) else [r.value]:
+                if isinstance(v, ast.Call) and short(v.func) in fnames and (fn.name == "forward" or _returns_model_output(s, fn)):
+                    out.append(v)
     for e in _loss_inputs(s):
         if isinstance(e, ast.Call) and short(e.func) in fnames:
             out.append(e)
@@ -137,6 +150,25 @@ def dropout_sites(c: Context, at_least: float) -> list[ast.AST]:
             if p is not None and at_least <= p <= 1.0:
                 out.append(v)
     return _unique(out)
+
+
+def label_smoothing_sites(c: Context, at_least: float) -> list[ast.AST]:
+    """The literal label-smoothing amounts (>= ``at_least``) of the script: ``CrossEntropyLoss(label_smoothing=0.9)``
+    (through a variable too), a number assigned once to a name that says smoothing (``label_smoothing = 0.9``,
+    a config field), or the default of a ``--label-smoothing`` option."""
+    s = c.script
+    cands: list[ast.AST] = [_constant_behind(s, kw.value) for k in s.calls for kw in k.keywords if kw.arg == "label_smoothing"]
+    for node in ast.walk(s.tree):
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+            names = [dotted(t) for t in (node.targets if isinstance(node, ast.Assign) else [node.target])]
+            if any("smooth" in (n or "").lower() for n in names):
+                cands.append(node.value)
+    for k in s.calls_named("add_argument"):
+        flags = [a.value for a in k.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+        default = kwarg(k, "default")
+        if default is not None and any("smooth" in f.lower() for f in flags):
+            cands.append(default.value)
+    return _unique([v for v in cands if (x := number(v)) is not None and at_least <= x < 1.0])
 
 
 def _constant_behind(s: Script, node: ast.AST, depth: int = 0) -> ast.AST:
