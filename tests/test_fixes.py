@@ -4,6 +4,7 @@ and validated by a real re-run. Every run here is a real traced training run."""
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 import textwrap
@@ -541,6 +542,59 @@ for step in range(200):
 print("final", loss.item())
 """
 
+NAN_IN_TRAIN_AND_VALIDATION = """
+import torch
+import torch.nn as nn
+
+torch.manual_seed(0)
+X = torch.randn(1280, 8)
+Y = X[:, :2].sum(1, keepdim=True)
+X[torch.rand(1280) < 0.02, 3] = float("nan")  # missing readings, left as NaN
+x_tr, y_tr, x_val, y_val = X[:1024], Y[:1024], X[1024:], Y[1024:]
+model = nn.Sequential(nn.Linear(8, 32), nn.Tanh(), nn.Linear(32, 1))
+opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+criterion = nn.MSELoss()
+for step in range(150):
+    i = (step * 64) % 1024
+    pred = model(x_tr[i:i + 64])
+    loss = criterion(pred, y_tr[i:i + 64])
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    if (step + 1) % 50 == 0:
+        with torch.no_grad():
+            print("val", criterion(model(x_val), y_val).item())
+print("final", loss.item())
+"""
+
+PREPROCESS_WITHOUT_255 = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+torch.manual_seed(0)
+images = torch.randint(0, 256, (1280, 1, 8, 8), dtype=torch.uint8)
+labels = (images[:, 0, :4].float().mean((1, 2)) > images[:, 0, 4:].float().mean((1, 2))).long()
+
+
+def preprocess(img):
+    x = img.float()
+    return (x - 0.5) / 0.25  # the / 255 is missing
+
+
+model = nn.Sequential(nn.Conv2d(1, 8, 3, padding=1), nn.ReLU(), nn.Flatten(), nn.Linear(8 * 64, 2))
+opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+for step in range(150):
+    i = (step * 64) % 1024
+    loss = F.cross_entropy(model(preprocess(images[i:i + 64])), labels[i:i + 64])
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+with torch.no_grad():
+    acc = (model(preprocess(images[1024:])).argmax(1) == labels[1024:]).float().mean()
+print("final", loss.item(), "accuracy", acc.item())
+"""
+
 @pytest.mark.parametrize("name,source,fix_id", [
     # a Trainer class with accumulation: the loop over micro-batches is not the training loop, and its
     # self.scheduler.step() there runs the schedule four times too fast
@@ -556,6 +610,10 @@ print("final", loss.item())
     # nn.Softmax last in the head of a TransformerEncoder, whose attention out_proj is never called as a module
     # (its weight is used functionally) and so comes last in the forward order: still the head's softmax is found
     ("encoder_softmax", ENCODER_SOFTMAX_HEAD, "remove-softmax-before-ce"),
+    # NaN readings in the training and the validation data: both calls of the model get finite inputs
+    ("nan_readings", NAN_IN_TRAIN_AND_VALIDATION, "nan-to-num-input"),
+    # the script's preprocess() forgets the / 255: its result is standardised, for training and evaluation alike
+    ("preprocess", PREPROCESS_WITHOUT_255, "standardize-input"),
 ])
 def test_the_first_fix_answers_the_mechanism_and_a_rerun_validates_it(tmp_path: Path, name: str, source: str, fix_id: str) -> None:
     script, store = trace(tmp_path, name, source)
@@ -564,7 +622,8 @@ def test_the_first_fix_answers_the_mechanism_and_a_rerun_validates_it(tmp_path: 
     proc = run_gradsight("validate", str(store), "--fix", fix_id, "--json", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     got = json.loads(proc.stdout)["fixes"][0]
-    assert got["verdict"] == "validated" and got["loss"] < got["loss_before"], got
+    # (a faulty run whose loss was non-finite at that step has no loss_before: the fixed one's is finite)
+    assert got["verdict"] == "validated" and got["loss"] < (got["loss_before"] if got["loss_before"] is not None else math.inf), got
 
 
 def test_validate_says_what_is_wrong(tmp_path: Path, healthy: tuple[Path, Path]) -> None:

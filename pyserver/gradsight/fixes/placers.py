@@ -729,10 +729,13 @@ def eps_in_division(c: Context, p: Patch) -> str:
 
 
 # -- the input --------------------------------------------------------------------------------------------
-def _forward_inputs(c: Context) -> list[ast.AST]:
-    """The model's input in its calls in the training loop: the argument the run's input statistics are of (a
-    recommender's dense features after its ids), else the first."""
+def _forward_inputs(c: Context, elsewhere: bool = False) -> list[ast.AST]:
+    """The model's input in its calls in the training loop (with ``elsewhere``, in its other calls too: an
+    evaluation's): the argument the run's input statistics are of (a recommender's dense features after its
+    ids), else the first."""
     calls = c.script.forward_calls_in_loop(str(c.data.run.get("model") or ""))
+    if elsewhere and calls:
+        calls += c.script.forward_calls_elsewhere(str(c.data.run.get("model") or ""))
     at = c.input_arg
     out: list[ast.AST] = []
     for k in calls:
@@ -748,21 +751,45 @@ def _forward_inputs(c: Context) -> list[ast.AST]:
     return out
 
 
+def _preparing_function(c: Context, a: ast.AST) -> ast.FunctionDef | None:
+    """The script's own function that prepares the model's input, ``model(preprocess(x))``: what it returns is what
+    the model gets, in the training loop and wherever else it is called (an evaluation)."""
+    if not (isinstance(a, ast.Call) and isinstance(a.func, ast.Name)):
+        return None
+    defs = [n for n in c.script.tree.body if isinstance(n, ast.FunctionDef) and n.name == a.func.id]
+    if len(defs) != 1:
+        return None
+    returns = [r for r in ast.walk(defs[0]) if isinstance(r, ast.Return)]
+    return defs[0] if returns and all(r.value is not None for r in returns) else None
+
+
+def _transformed(how: str, node: ast.AST, x: str) -> str:
+    if how == "nan_to_num":
+        return f"torch.nan_to_num({x})"
+    if how == "pixels":
+        return f"({x} / 255.0)"
+    if how == "standardize":
+        if isinstance(node, (ast.Name, ast.Attribute, ast.Subscript)):
+            return f"(({x} - {x}.mean(0, keepdim=True)) / ({x}.std(0, keepdim=True) + 1e-6))"
+        # an expression (a call that prepares the batch) is evaluated once, as before
+        return f"(lambda _x: (_x - _x.mean(0, keepdim=True)) / (_x.std(0, keepdim=True) + 1e-6))({x})"
+    raise NoPlace(f"unknown input transform {how!r}")
+
+
 @placer
 def transform_input(c: Context, p: Patch, how: str) -> str:
-    for a in _forward_inputs(c):
-        x = p.s.segment(a)
-        if how == "nan_to_num":
-            p.replace_node(a, f"torch.nan_to_num({x})")
-        elif how == "pixels":
-            p.replace_node(a, f"({x} / 255.0)")
-        elif how == "standardize":
-            if isinstance(a, (ast.Name, ast.Attribute, ast.Subscript)):
-                p.replace_node(a, f"(({x} - {x}.mean(0, keepdim=True)) / ({x}.std(0, keepdim=True) + 1e-6))")
-            else:  # an expression (a call that prepares the batch) is evaluated once, as before
-                p.replace_node(a, f"(lambda _x: (_x - _x.mean(0, keepdim=True)) / (_x.std(0, keepdim=True) + 1e-6))({x})")
-        else:
-            raise NoPlace(f"unknown input transform {how!r}")
+    done: set[int] = set()
+    # non-finite values are made finite wherever the model is called (an evaluation's data holds them too, and
+    # nan_to_num changes nothing where there are none); a scale is changed only where the model trains
+    for a in _forward_inputs(c, elsewhere=how == "nan_to_num"):
+        fn = _preparing_function(c, a)
+        if fn is None:
+            p.replace_node(a, _transformed(how, a, p.s.segment(a)))
+        elif id(fn) not in done:
+            # transformed where it is prepared, so that every call of the model gets the same input (an evaluation too)
+            done.add(id(fn))
+            for v in [r.value for r in ast.walk(fn) if isinstance(r, ast.Return) and r.value is not None]:
+                p.replace_node(v, _transformed(how, v, p.s.segment(v)))
     return {"nan_to_num": "non-finite input values become finite", "pixels": "pixels in [0, 1]",
             "standardize": "each input feature has mean 0 and std 1"}.get(how, how)
 

@@ -769,6 +769,12 @@ class Script:
         return [c for c in self.calls if _held(dotted(c.func), m) and self.in_training(c) and (b is None or c.lineno <= b.lineno)
                 and (c.args or c.keywords)]
 
+    def forward_calls_elsewhere(self, model_class: str = "") -> list[ast.Call]:
+        """The model's other calls than the training step's (an evaluation's ``model(x_val)``, in the loop or not)."""
+        m = self.model_var(model_class)
+        inside = {id(c) for c in self.forward_calls_in_loop(model_class)}
+        return [c for c in self.calls if m and _held(dotted(c.func), m) and id(c) not in inside and (c.args or c.keywords)]
+
     @cached_property
     def prediction_functions(self) -> set[str]:
         """Plain functions the training step calls before backward() to compute the prediction (a functional model)."""

@@ -248,7 +248,7 @@ def validate(store: str, fix_ids: list[str] | None = None, top: int = 3, steps: 
              progress: Callable[[int, int, Outcome], None] | None = None, keep: str | None = None) -> list[Outcome]:
     data, chosen, kind, anomaly = candidates(store, fix_ids, top)
     k = budget(data, anomaly, steps)
-    tmp = Path(keep) if keep else Path(tempfile.mkdtemp(prefix="gradsight-validate-"))
+    tmp = Path(keep).resolve() if keep else Path(tempfile.mkdtemp(prefix="gradsight-validate-"))
     tmp.mkdir(parents=True, exist_ok=True)
     results: list[Outcome | None] = [None] * len(chosen)
     done = 0
