@@ -595,6 +595,26 @@ with torch.no_grad():
 print("final", loss.item(), "accuracy", acc.item())
 """
 
+NAN_IN_AUTOENCODER_DATA = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+torch.manual_seed(0)
+data = torch.randn(2048, 16)
+data[1500, 10] = float("nan")  # one missing value
+model = nn.Sequential(nn.Linear(16, 8), nn.Tanh(), nn.Linear(8, 16))
+opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+for step in range(150):
+    idx = torch.randint(0, data.shape[0], (128,))
+    x = data[idx]
+    loss = F.mse_loss(model(x), x)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+print("final", loss.item())
+"""
+
 @pytest.mark.parametrize("name,source,fix_id", [
     # a Trainer class with accumulation: the loop over micro-batches is not the training loop, and its
     # self.scheduler.step() there runs the schedule four times too fast
@@ -614,6 +634,8 @@ print("final", loss.item(), "accuracy", acc.item())
     ("nan_readings", NAN_IN_TRAIN_AND_VALIDATION, "nan-to-num-input"),
     # the script's preprocess() forgets the / 255: its result is standardised, for training and evaluation alike
     ("preprocess", PREPROCESS_WITHOUT_255, "standardize-input"),
+    # a NaN in an autoencoder's data, which is its target too: the batch is made finite where it is taken
+    ("nan_reconstruction", NAN_IN_AUTOENCODER_DATA, "nan-to-num-input"),
 ])
 def test_the_first_fix_answers_the_mechanism_and_a_rerun_validates_it(tmp_path: Path, name: str, source: str, fix_id: str) -> None:
     script, store = trace(tmp_path, name, source)

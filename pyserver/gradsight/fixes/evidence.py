@@ -550,7 +550,10 @@ def std_division(c: Context) -> bool:
 
 @premise
 def nonfinite_input(c: Context) -> bool:
-    return bool(c.inputs.size) and float(np.nansum(c.inputs[:, 4])) > 0
+    """Non-finite values in the input's statistics, or a non-finite loss the runtime traced back to the input (on a
+    step whose input was not measured)."""
+    traced = any(e.kind == "trigger" and e.name == "nan_inf" and (e.data or {}).get("origin") == "input" for e in c.data.events)
+    return traced or (bool(c.inputs.size) and float(np.nansum(c.inputs[:, 4])) > 0)
 
 
 @premise

@@ -776,6 +776,17 @@ def _transformed(how: str, node: ast.AST, x: str) -> str:
     raise NoPlace(f"unknown input transform {how!r}")
 
 
+def _batch_assignment(c: Context, a: ast.AST) -> ast.AST | None:
+    """What a plain name given to the model was assigned from, when that is one statement of the training loop
+    (``x = data[idx]``)."""
+    if not isinstance(a, ast.Name):
+        return None
+    made = [st for st in c.script.assignments_to(a.id) if isinstance(st, ast.Assign) and c.script.in_training(st)]
+    if len(made) != 1 or len(made[0].targets) != 1 or not isinstance(made[0].targets[0], ast.Name):
+        return None
+    return made[0].value
+
+
 @placer
 def transform_input(c: Context, p: Patch, how: str) -> str:
     done: set[int] = set()
@@ -783,7 +794,14 @@ def transform_input(c: Context, p: Patch, how: str) -> str:
     # nan_to_num changes nothing where there are none); a scale is changed only where the model trains
     for a in _forward_inputs(c, elsewhere=how == "nan_to_num"):
         fn = _preparing_function(c, a)
-        if fn is None:
+        made = _batch_assignment(c, a) if how == "nan_to_num" else None
+        if made is not None:
+            # the batch made finite where it is taken from the data: a loss that compares with it (a reconstruction)
+            # gets finite values too
+            if id(made) not in done:
+                done.add(id(made))
+                p.replace_node(made, _transformed(how, made, p.s.segment(made)))
+        elif fn is None:
             p.replace_node(a, _transformed(how, a, p.s.segment(a)))
         elif id(fn) not in done:
             # transformed where it is prepared, so that every call of the model gets the same input (an evaluation too)
