@@ -25,6 +25,13 @@ class LossCurve:
     head: float = float("nan")  # median of the first tenth
     tail: float = float("nan")  # median of the last fifth
 
+    @property
+    def progress(self) -> float:
+        """The share of its start the loss fell by (nan when that is not defined)."""
+        if not (math.isfinite(self.head) and math.isfinite(self.tail)) or self.head <= 0:
+            return float("nan")
+        return 1.0 - self.tail / self.head
+
 
 def analyse(data: RunData, t: Thresholds) -> tuple[LossCurve, list[Finding]]:
     steps = data.steps["step"]

@@ -206,12 +206,6 @@ def detect(d: RunData, t: Thresholds, curve: LossCurve, trouble: bool) -> list[F
     return out
 
 
-def _progress(curve: LossCurve) -> float:
-    if not (math.isfinite(curve.head) and math.isfinite(curve.tail)) or curve.head <= 0:
-        return float("nan")
-    return 1.0 - curve.tail / curve.head
-
-
 def _step_loss(d: RunData, step: int) -> float | None:
     """The step's recorded loss at ``step`` (None when that step is not recorded)."""
     k = int(np.searchsorted(d.steps["step"], step))
@@ -247,7 +241,7 @@ def _summed_by_hand(d: RunData, call: dict[str, Any]) -> bool:
 
 def _struggles(curve: LossCurve, below: float) -> bool:
     """The loss does not fall, falls by less than ``below`` of its start, or does not stay finite."""
-    p = _progress(curve)
+    p = curve.progress
     return curve.not_decreasing or curve.diverging or not math.isfinite(p) or p < below
 
 
@@ -279,7 +273,7 @@ def dropout(d: RunData, t: Thresholds, curve: LossCurve) -> list[Finding]:
         # p >= 0.85 drops nearly every unit: wrong whatever the loss does; a lower high rate when training struggles
         poor = p >= 0.85 or _struggles(curve, 0.8)
         why = ("a keep-probability written as a drop rate?" if p >= t.dropout_high else
-               f"a transformer's layers are trained near 0.1, and the loss fell only {max(0.0, _progress(curve)):.0%}")
+               f"a transformer's layers are trained near 0.1, and the loss fell only {max(0.0, curve.progress):.0%}")
         out.append(Finding(name, kinds.DROPOUT_TOO_HIGH, "error" if poor else "warning",
                            f"dropout p={p:g} drops {p:.0%} of the units at every training step: the layers after it see a "
                            f"fraction of their inputs ({why})", min(1.0, 0.5 + p / 2), int(d.steps["step"][0])))

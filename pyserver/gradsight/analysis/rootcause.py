@@ -314,7 +314,7 @@ def _frozen_untrained(data: RunData, findings: list[Finding], curve: LossCurve, 
     frozen = [f for f in findings if f.kind == "frozen"]
     total = sum(p["numel"] for p in data.params) or 1
     numel, names = _fresh(data)
-    progress = 1.0 - curve.tail / curve.head if curve.head > 0 and math.isfinite(curve.tail) else float("nan")
+    progress = curve.progress
     if not frozen or numel / total < t.frozen_untrained_share or not progress < t.frozen_untrained_progress:
         return []
     held = [f for f in frozen if any(n.startswith(f.module + ".") for n in names)] or frozen

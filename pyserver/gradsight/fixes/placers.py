@@ -947,23 +947,23 @@ def leaky_relu(c: Context, p: Patch) -> str:
     return "a unit with negative input still passes a small gradient"
 
 
-@placer
-def lower_dropout(c: Context, p: Patch, to: float = 0.1) -> str:
-    found = sites.dropout_sites(c, 0.5)
+def _set_numbers(p: Patch, found: list[ast.AST], to: float, what: str) -> None:
+    """Write ``to`` in place of each literal rate found (``what`` says which, when there is none)."""
     if not found:
-        raise NoPlace("no dropout rate of 0.5 or more")
+        raise NoPlace(f"no {what}")
     for n in found:
         p.replace_node(n, fmt(to))
+
+
+@placer
+def lower_dropout(c: Context, p: Patch, to: float = 0.1) -> str:
+    _set_numbers(p, sites.dropout_sites(c, 0.5), to, "dropout rate of 0.5 or more")
     return f"dropout keeps {round((1 - to) * 100)}% of the units"
 
 
 @placer
 def lower_label_smoothing(c: Context, p: Patch, to: float = 0.1) -> str:
-    found = sites.label_smoothing_sites(c, 0.3)
-    if not found:
-        raise NoPlace("no label smoothing of 0.3 or more")
-    for n in found:
-        p.replace_node(n, fmt(to))
+    _set_numbers(p, sites.label_smoothing_sites(c, 0.3), to, "label smoothing of 0.3 or more")
     return f"the true class keeps {round((1 - to) * 100)}% of the target's mass"
 
 

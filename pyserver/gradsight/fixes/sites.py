@@ -42,11 +42,12 @@ def _last_modules(c: Context, types: set[str]) -> list[str]:
     ordered = sorted((m for m in c.data.modules if m.forward_order is not None and m.name), key=lambda m: m.forward_order or 0)
     _, act = c.data.metric("act_mean")
     ran = np.isfinite(act).any(axis=0) if act.size else np.zeros(0, dtype=bool)
+    measured = bool(ran.any())
 
     def after(m: ModuleInfo) -> bool:
         # modules never called go last in the order (an attention's out_proj whose weight is used functionally):
         # when activations were measured, only those that ran come after the output
-        return bool(m.own_params) and not (ran.size and ran.any() and not ran[c.data.index[m.name]])
+        return bool(m.own_params) and not (measured and not ran[c.data.index[m.name]])
 
     out = []
     for k, m in enumerate(ordered):
