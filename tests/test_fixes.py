@@ -615,7 +615,32 @@ for step in range(150):
 print("final", loss.item())
 """
 
+LABELS_BY_A_RUNNING_SLICE = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+torch.manual_seed(0)
+X = torch.randn(1024, 16)
+Y = (X[:, :4].sum(1) > 0).long() + 2 * (X[:, 4:8].sum(1) > 0).long()
+model = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 4))
+opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+for epoch in range(3):
+    perm = torch.randperm(len(X))
+    for i in range(0, len(X), 32):
+        idx = perm[i:i + 32]
+        xb, yb = X[idx], Y[i:i + 32]
+        loss = F.cross_entropy(model(xb), yb)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+print("final", loss.item())
+"""
+
 @pytest.mark.parametrize("name,source,fix_id", [
+    # a batch's inputs taken by the shuffled index and its labels by the loop's running slice: the labels are
+    # taken by the same index
+    ("labels_by_slice", LABELS_BY_A_RUNNING_SLICE, "pair-labels-with-inputs"),
     # a Trainer class with accumulation: the loop over micro-batches is not the training loop, and its
     # self.scheduler.step() there runs the schedule four times too fast
     ("trainer", TRAINER_SCHEDULER_PER_MICRO_BATCH, "step-scheduler-per-optimizer-step"),

@@ -38,7 +38,7 @@ def entries(sets: list[str], k: str) -> list[dict[str, Any]]:
         labels = tomllib.loads((folder / "labels.toml").read_text())
         for p in labels.get("probe", []):
             pid = f"{folder.name}/{Path(p['script']).stem}"
-            if k not in pid or not (folder / p["script"]).exists():
+            if not any(part in pid for part in k.split(",")) or not (folder / p["script"]).exists():
                 continue
             expected = p.get("expected") or None
             out.append({"id": pid, "script": folder / p["script"], "expected": expected, "healthy": expected is None,
@@ -85,7 +85,7 @@ def fixes_one(entry: dict[str, Any], keep: Path, top: int) -> dict[str, Any]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sets", default="", help="comma-separated set folders (default: all)")
-    ap.add_argument("-k", default="", help="only probes whose id contains this")
+    ap.add_argument("-k", default="", help="only probes whose id contains this (or one of these, comma-separated)")
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--keep", default="", help="keep the stores in this folder")
     ap.add_argument("--rediagnose", default="", help="diagnose the stores kept in this folder again (no tracing)")

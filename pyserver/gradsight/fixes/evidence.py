@@ -22,7 +22,7 @@ from ..analysis import attention
 from ..analysis.data import RunData
 from ..analysis.findings import Finding
 from ..analysis.rootcause import RootCause
-from . import sites
+from . import pairing, sites
 from .script import ADAPTIVE, BINARY_LOSSES, CLASSIFICATION_LOSSES, REGRESSION_LOSSES, Script
 
 
@@ -580,7 +580,7 @@ def forward_in_loop(c: Context) -> bool:
 
 @premise
 def labels_shuffled_alone(c: Context) -> bool:
-    return bool(c.script.lone_permutations())
+    return bool(c.script.lone_permutations() or pairing.repairs(c.script))
 
 
 @premise

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from . import sites
+from . import pairing, sites
 from .edits import NoPlace, Patch
 from .evidence import Context, broadcasts, class_indices
 from .script import ADAPTIVE, LOW_PRECISION, Script, binds, dotted, functional, kwarg, number, short
@@ -824,9 +824,18 @@ def delete_random_writes(c: Context, p: Patch) -> str:
 @placer
 def delete_lone_permutation(c: Context, p: Patch) -> str:
     stmts = c.script.lone_permutations()
-    if not stmts:
-        raise NoPlace("nothing reorders one tensor alone")
-    p.delete_stmts(stmts, "inputs and labels keep their pairing")
+    lone = {id(st) for st in stmts}
+    repairs = [r for r in pairing.repairs(c.script) if id(r.stmt) not in lone]
+    if not stmts and not repairs:
+        raise NoPlace("nothing takes the labels apart from their inputs")
+    stmts += [r.stmt for r in repairs if r.delete]
+    if stmts:
+        p.delete_stmts(stmts, "inputs and labels keep their pairing")
+    for r in repairs:
+        if r.hoist:
+            p.insert_before(r.stmt, r.hoist, r.note)
+        for node, text in r.rewrites:
+            p.replace_node(node, text)
     return "each input keeps its own label"
 
 

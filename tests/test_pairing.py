@@ -1,0 +1,79 @@
+"""Where a script takes its labels apart from its inputs (``fixes.pairing``), read from the source: each way
+the mistake is written is found and repaired, and the ways the same code is written on purpose are left alone."""
+
+from __future__ import annotations
+
+import ast
+
+import pytest
+
+from gradsight.fixes import pairing
+from gradsight.fixes.edits import Patch, apply
+from gradsight.fixes.placers import delete_lone_permutation
+from gradsight.fixes.script import Script
+
+
+def repaired(source: str) -> str:
+    """The script with every repair made (as the fix makes them)."""
+    s = Script(source)
+    p = Patch(s, "s.py", "pair-labels-with-inputs")
+
+    class Ctx:  # the placer reads only the script
+        script = s
+
+    delete_lone_permutation(Ctx(), p)  # type: ignore[arg-type]
+    out = apply(source, p.finish())
+    ast.parse(out)
+    return "\n".join(ln for ln in out.splitlines() if not ln.lstrip().startswith("#"))
+
+
+FAULTS = {
+    # two permutations drawn for one shuffle
+    "two_draws": ("x, y = x[torch.randperm(n)], y[torch.randperm(n)]\n", "x, y = x[_perm], y[_perm]"),
+    # the inputs reordered in a function that returns the labels as they were
+    "returned": ("def make(n):\n    x = torch.randn(n, 4)\n    y = x.sum(1) > 0\n    perm = torch.randperm(n)\n"
+                 "    return x[perm], y\n", "return x[perm], y[perm]"),
+    # a split whose labels are cut by position
+    "split": ("perm = torch.randperm(len(x))\ntr, va = perm[:800], perm[800:]\nx_tr, y_tr = x[tr], y[:800]\n",
+              "x_tr, y_tr = x[tr], y[tr]"),
+    # a batch's labels by the loop's slice in another statement than its inputs
+    "loop": ("for epoch in range(3):\n    perm = torch.randperm(n)\n    for b in range(n // 32):\n"
+             "        idx = perm[b * 32:(b + 1) * 32]\n        out = model(x[idx])\n        loss = f(out, y[b * 32:(b + 1) * 32])\n",
+             "loss = f(out, y[idx])"),
+    # some of a dataset's arrays reordered, the labels not
+    "partial": ("user, item, click = load()\norder = torch.randperm(len(user))\nuser, item = user[order], item[order]\n"
+                "ds = TensorDataset(user, item, click)\n", "ds = TensorDataset(user, item, click)"),
+    # the targets cut from the same stream as the inputs, shuffled on the way
+    "stream": ("xs = ids[:n].view(b, -1)\nys = ids[1:n + 1][torch.randperm(n)].view(b, -1)\n", "ys = ids[1:n + 1].view(b, -1)"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FAULTS))
+def test_each_way_of_taking_labels_apart_is_found_and_repaired(name: str) -> None:
+    source, want = FAULTS[name]
+    assert pairing.repairs(Script(source)), name
+    out = repaired(source)
+    assert want in out, out
+    if name == "partial":
+        assert "user[order]" not in out, out
+
+
+MEANT = {
+    # one shuffle of inputs and labels together
+    "joint": "order = torch.randperm(len(x))\nx, y = x[order], y[order]\nds = TensorDataset(x, y)\n",
+    # mixup returns the labels in both orders on purpose
+    "mixup": "def mixup(x, y):\n    idx = torch.randperm(x.size(0))\n    xm = 0.5 * x + 0.5 * x[idx]\n    return xm, y, y[idx]\n",
+    # a batch taken by one index
+    "batch": "for i in range(0, n, 32):\n    idx = perm[i:i + 32]\n    xb, yb = x[idx], y[idx]\n",
+    # random labels drawn by randint are data, not an index
+    "randint": "labels = torch.randint(0, 4, (n,))\nx_tr, y_tr = x[:800], labels[:800]\n",
+    # a truncated-BPTT window: slices over several axes, no shuffled index
+    "bptt": "for pos in range(0, n, 16):\n    xb = sx[:, pos:pos + 16]\n    yb = sy[:, pos:pos + 16]\n",
+    # a constant table shuffled once, alone (no array is cut beside it)
+    "table": "EFFECT = torch.linspace(-1, 1, 10)[torch.randperm(10)]\n",
+}
+
+
+@pytest.mark.parametrize("name", sorted(MEANT))
+def test_code_that_means_its_orders_is_left_alone(name: str) -> None:
+    assert pairing.repairs(Script(MEANT[name])) == [], name
