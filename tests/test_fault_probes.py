@@ -48,6 +48,10 @@ CASES = {
     "set_j/f04_bert_encoder_frozen": "a BERT built from a config and frozen as if pretrained: its random weights never train",
     "set_m/h05_ft_frozen_categories": "healthy: frozen random category embeddings (2% of the model) while the loss falls 58%",
     "set_n/f12_mlm_dropout": "a RoBERTa MLM with dropout 0.6 on every layer: its loss falls half as far",
+    "set_p/h07_densenet_pixel_range": "healthy: 0-255 pixels into a stem conv whose output goes straight into BatchNorm",
+    "set_p/f01_siamese_lr": "SGD at a hundredth of its rate: the loss falls to the end, 16% of its start, in tiny steps",
+    "set_r/f18_pois_shuffle": "rows shuffled apart from their counts under RMSprop at 2e-3: large update ratios of small weights are no high rate",
+    "set_p/f21_densenet_layer_list": "each dense block keeps its layers in a plain list: named at the blocks, not the model",
 }
 
 

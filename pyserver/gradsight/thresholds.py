@@ -38,6 +38,7 @@ class Thresholds:
     saturation_level: float = 5.0
     update_ratio_high: float = 0.1  # mean|dW| / mean|W| above this: steps too large
     update_ratio_low: float = 1e-4  # below this: steps too small
+    update_ratio_small: float = 3e-4  # below this (a third of a healthy ~1e-3), with a loss near chance or barely falling: too small
     activation_limit: float = 1e4  # |activation| above this is out of range
     loss_spike_floor: float = 0.1  # a spike must also exceed this fraction of the run's starting loss (noise near 0 is no spike)
     init_gain_high: float = 5.0  # initial weight RMS x sqrt(fan-in) above this is poor initialization (Kaiming gives 1.4)
@@ -53,6 +54,8 @@ class Thresholds:
     lr_decay_dead: float = 1e-3  # ... and ends below this fraction: the rest of the run hardly moves the weights
     lr_base_low: float = 0.2  # the rate never reached this fraction of its base (initial_lr: a warmup longer than the run)
     # the optimizer's other settings
+    adaptive_lr_typical_max: float = 1e-2  # an Adam/RMSprop rate at or below this is a typical one: its steps are ~lr a weight
+    slow_progress: float = 0.5  # a loss that falls by less than this share of its start, with tiny steps, learns too slowly
     loss_near_chance: float = 0.85  # a classifier's cross-entropy late in the run above this share of ln(C) learned next to nothing
     label_smoothing_high: float = 0.5  # label smoothing that takes this share from the true class leaves targets nearly uniform
     lr_early_low: float = 0.15  # a gradual schedule below this share of its peak rate ...

@@ -684,8 +684,12 @@ class Detector:
                      f"{', '.join(names)} receive gradients but no optimizer updates them", 1.0)
         for e in self.d.events:
             if e.kind == "warning" and e.name == UNREGISTERED:
-                # layers kept in a plain list or dict: they run and get gradients, but the model does not hold them
-                self.add(e.module if e.module in self.d.index else self.names[0], "not_updated", "error", e.message, 1.0)
+                # layers kept in a plain list or dict: they run and get gradients, but the model does not hold them.
+                # Named by the module whose attribute the list is (where it is fixed); older stores say it only in
+                # the message ("block1.layers is a plain Python list ...")
+                holder = str((e.data or {}).get("holder") or (e.message or "").partition(" is a plain ")[0].rpartition(".")[0])
+                where = holder if holder in self.d.index else e.module if e.module in self.d.index else self.names[0]
+                self.add(where, "not_updated", "error", e.message, 1.0)
         for mid, n in _topmost(self.d, frozen).items():
             self.add(self.names[mid], "frozen", "info", f"{n} parameters are frozen (requires_grad=False)", 0.5)
         # modules whose behaviour depends on train/eval mode, left in eval mode while the optimizer steps
@@ -735,8 +739,29 @@ class Detector:
                          evidence + f"; the loss's targets are in the same units (up to {_fmt(units)}), so the problem is "
                          "scaled as a whole", 0.3, int(steps[np.flatnonzero(fin)[0]]))
                 return
+            absorbed = self._normalised_after_first_layer()
+            if absorbed:
+                # BN(W s x + b) = BN(W x + b / s): batch statistics undo any scale of the input, for the output and
+                # for W's gradient alike, so the net trains as on scaled inputs
+                self.add("input", "activation_out_of_range", "info",
+                         evidence + f"; the first layer's output goes straight into {absorbed}, whose batch statistics undo "
+                         "the scale", 0.3, int(steps[np.flatnonzero(fin)[0]]))
+                return
             self.add("input", "activation_out_of_range", "error", evidence,
                      _strength(max(med_std / 20, med_mag / 200)), int(steps[np.flatnonzero(fin)[0]]))
+
+    def _normalised_after_first_layer(self) -> str:
+        """The BatchNorm that comes right after the model's first weight layer in the forward order ("" when none
+        does): the layer is linear in the input, so the norm's batch statistics cancel the input's scale."""
+        names = [m.name for m in self.d.modules]
+        rank = self.d.forward_rank()
+        leaves = sorted((m for m in self.d.modules if m.forward_order is not None
+                         and not any(n.startswith(m.name + ".") for n in names if m.name)), key=lambda m: rank[m.id])
+        first = next((k for k, m in enumerate(leaves) if m.type in ("Linear", "Conv1d", "Conv2d", "Conv3d")), None)
+        if first is None or first + 1 >= len(leaves):
+            return ""
+        after = leaves[first + 1]
+        return f"'{after.name}' ({after.type})" if after.type.startswith("BatchNorm") else ""
 
     def _target_tops(self) -> list[float] | None:
         """Each measured loss call's largest target magnitude, when every one is a regression (else None)."""

@@ -42,6 +42,8 @@ from .findings import Finding
 from .losscurve import LossCurve
 
 ADAM_FAMILY = {"Adam", "AdamW", "NAdam", "RAdam", "Adamax"}
+# optimizers whose step is about the rate per weight whatever the gradient's size (Adagrad's shrinks over the run)
+ADAPTIVE_STEPS = ADAM_FAMILY | {"RMSprop"}
 
 TIER_WEIGHT = {0: 1.0, 1: 1.0, 2: 0.9, 3: 0.85, 4: 0.8, 5: 0.75, 6: 0.6}
 
@@ -65,7 +67,8 @@ def find(data: RunData, findings: list[Finding], curve: LossCurve, t: Thresholds
     anomaly_step = min((e.step for e in triggered if e.step is not None), default=None)
     stuck = curve.not_decreasing or curve.near_chance or any(f.kind == "loss_spike" for f in findings)
     untrained = [] if stuck else _frozen_untrained(data, findings, curve, t)
-    if not errors and not triggered and not curve.not_decreasing and not curve.near_chance and not untrained \
+    small = [] if stuck else _small_steps(data, curve, t)
+    if not errors and not triggered and not curve.not_decreasing and not curve.near_chance and not untrained and not small \
             and _replaced(data, t)[0] < 0.5:
         return None
     rank = data.forward_rank()
@@ -111,6 +114,8 @@ def find(data: RunData, findings: list[Finding], curve: LossCurve, t: Thresholds
         tiers.append((6, _stagnation(data, findings, curve, t)))
     elif untrained:
         tiers.append((6, untrained))
+    if small:
+        tiers.append((6, small))
     for tier, cands in tiers:
         if not cands:
             continue
@@ -230,9 +235,14 @@ def _learning_rate(data: RunData, findings: list[Finding], curve: LossCurve, t: 
     # (a layer whose output a normalisation takes next is scale-invariant: under SGD its weights grow with a large
     # rate, which only slows its own steps, and the range of its output is the norm's to remove)
     renormed = data.feeds_a_norm()
+    # an adaptive optimizer moves each weight by about its rate per step: at a typical rate (<= 1e-2), updates large
+    # against the weights say the weights are small, not that the rate is high
+    lr = data.steps["lr"]
+    adaptive_typical = (data.optimizer_type in ADAPTIVE_STEPS and bool(np.isfinite(lr).any())
+                        and float(np.nanmax(lr)) <= t.adaptive_lr_typical_max)
     stuck = curve.not_decreasing or any(f.kind == "activation_out_of_range" and f.severity == "error" and f.module != "input"
                                         and f.module not in renormed for f in findings)
-    if ur.size and layers and not scaled_wrong:
+    if ur.size and layers and not scaled_wrong and not adaptive_typical:
         # "from the start": the sampled steps in the run's first tenth (at least two rows), not a share of the rows,
         # which crowd where triggers fired
         n_early = max(2, int(np.sum(steps <= first + max(5, data.n_steps // 10))))
@@ -345,14 +355,15 @@ def _stagnation(data: RunData, findings: list[Finding], curve: LossCurve, t: Thr
                                f"{'does not decrease' if curve.not_decreasing else 'ends near chance'}", 0.8))
         elif len(vals) and np.median(vals) < 10 * t.update_ratio_low and _adam_rate_typical(data, t):
             pass  # Adam's steps are ~lr each while the gradients agree: small ones at a typical rate are gradients with no direction
-        elif len(vals) and np.median(vals) < 10 * t.update_ratio_low and curve.near_chance and not curve.not_decreasing:
-            # a classifier that ends near chance with steps a tenth of a healthy size: the steps, not the labels
+        elif len(vals) and np.median(vals) < t.update_ratio_small and curve.near_chance and not curve.not_decreasing:
+            # a classifier that ends near chance with steps a third of a healthy size or less: the steps, not the labels
             out.append(Finding("optimizer", "learning_rate_too_low", "error",
                                f"{curve.near_chance}, with a median update ratio of {np.median(vals):.3g} (healthy steps are near "
                                f"{10 * t.update_ratio_low:g}): the steps are too small to learn", 0.65))
-        elif len(vals) and np.median(vals) < 10 * t.update_ratio_low and _steady_fall(data):
-            # the loss keeps falling to the end, but barely, with steps a tenth of a healthy size: each step helps and is
-            # too small (labels with no signal are memorised by steps of healthy size; a net that cannot learn stays flat)
+        elif len(vals) and np.median(vals) < t.update_ratio_small and _steady_fall(data):
+            # the loss keeps falling to the end, but barely, with steps a third of a healthy size or less: each step helps
+            # and is too small (labels with no signal are memorised by steps of healthy size, half of one included; a net
+            # that cannot learn stays flat)
             out.append(Finding("optimizer", "learning_rate_too_low", "error",
                                f"the loss falls steadily but slowly ({curve.head:.4g} -> {curve.tail:.4g}, every quarter of the run "
                                f"below the one before) with a median update ratio of {np.median(vals):.3g} "
@@ -379,6 +390,26 @@ def _adam_rate_typical(data: RunData, t: Thresholds) -> bool:
     lr = data.steps["lr"]
     return (data.optimizer_type in ADAM_FAMILY and bool(np.isfinite(lr).any())
             and float(np.nanmax(lr)) >= t.adam_lr_typical)
+
+
+def _small_steps(data: RunData, curve: LossCurve, t: Thresholds) -> list[Finding]:
+    """A loss that falls to the end but by less than half, while the steps move the weights by a tenth of a
+    healthy step's share or less: each step helps and is too small (a learning rate off by an exponent). Only
+    when nothing else explains the run (the last tier): a net held back by another fault takes small steps too."""
+    if not (curve.progress < t.slow_progress) or not _steady_fall(data):
+        return []
+    _, ur = data.metric("update_ratio")
+    layers = data.own_layers()
+    if not ur.size or not layers:
+        return []
+    vals = ur[:, layers].astype(np.float64)
+    vals = vals[np.isfinite(vals)]
+    if not len(vals) or np.median(vals) >= t.update_ratio_low:
+        return []
+    return [Finding("optimizer", "learning_rate_too_low", "error",
+                    f"the loss falls to the end but only {curve.progress:.0%} of its start ({curve.head:.4g} -> {curve.tail:.4g}), "
+                    f"with a median update ratio of {np.median(vals):.3g} (healthy steps are near {10 * t.update_ratio_low:g}): "
+                    "the steps are too small", 0.65)]
 
 
 def _steady_fall(data: RunData) -> bool:

@@ -275,6 +275,7 @@ def plain_containers(c: Context) -> list[tuple[ast.AST, str]]:
             value = node.value
             plain = isinstance(value, PLAIN_CONTAINERS) or (
                 isinstance(value, ast.Call) and dotted(value.func) in ("list", "tuple", "dict") and len(value.args) <= 1)
-            if cls is not None and cls.name == owner and plain:
+            # (two instances of one class, each with its list, are one assignment in the script)
+            if cls is not None and cls.name == owner and plain and all(v is not value for v, _ in out):
                 out.append((value, use))
     return out

@@ -1154,7 +1154,8 @@ class Session:
                 f"{prefixed(w.prefix, u.path)} is a plain Python {u.container} holding {what} ({n:,} parameters): they are not "
                 f"registered in the model, so they are not in its parameters() and no optimizer updates them, though they "
                 f"receive gradients (make it an {advice(u)})"), data={
-                "attribute": u.path.rpartition(".")[2], "owner": u.owner, "container": u.container, "use": advice(u)})
+                "attribute": u.path.rpartition(".")[2], "holder": prefixed(w.prefix, u.path.rpartition(".")[0]) if "." in u.path else w.names[0],
+                "owner": u.owner, "container": u.container, "use": advice(u)})
 
     def _guard(self, where: str, fn: Callable[[], object]) -> None:
         try:
