@@ -51,6 +51,8 @@ CASES = {
     "set_p/h07_densenet_pixel_range": "healthy: 0-255 pixels into a stem conv whose output goes straight into BatchNorm",
     "set_p/f01_siamese_lr": "SGD at a hundredth of its rate: the loss falls to the end, 16% of its start, in tiny steps",
     "set_r/f18_pois_shuffle": "rows shuffled apart from their counts under RMSprop at 2e-3: large update ratios of small weights are no high rate",
+    "set_r/f26_siren_frozen_out": "the output layer frozen at its init while the layers before it train (0.1% of the model)",
+    "set_r/f10_pois_raw_features": "raw features: the Poisson loss overflows on finite outputs at step 0, the input's scale made them",
     "set_p/f21_densenet_layer_list": "each dense block keeps its layers in a plain list: named at the blocks, not the model",
 }
 

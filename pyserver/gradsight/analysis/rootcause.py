@@ -68,7 +68,9 @@ def find(data: RunData, findings: list[Finding], curve: LossCurve, t: Thresholds
     stuck = curve.not_decreasing or curve.near_chance or any(f.kind == "loss_spike" for f in findings)
     untrained = [] if stuck else _frozen_untrained(data, findings, curve, t)
     small = [] if stuck else _small_steps(data, curve, t)
+    head_frozen = _frozen_output(data, findings)
     if not errors and not triggered and not curve.not_decreasing and not curve.near_chance and not untrained and not small \
+            and not head_frozen \
             and _replaced(data, t)[0] < 0.5:
         return None
     rank = data.forward_rank()
@@ -87,7 +89,11 @@ def find(data: RunData, findings: list[Finding], curve: LossCurve, t: Thresholds
                   + of("weight_decay_too_high")))
     nonfinite = of("nan_inf")
     direct_nonfinite = [f for f in nonfinite if f.direct]
-    tiers.append((1, _step_blew_up(data, direct_nonfinite, t) + direct_nonfinite))
+    # a loss that overflows while every module's output is finite, on an input far out of range: the input's scale
+    # made the outputs too large for the loss (exp of a huge log-rate), so the input comes first
+    overflowed = [f for f in of("activation_out_of_range") if f.module == "input"] if direct_nonfinite and all(
+        f.module == "loss" for f in direct_nonfinite) else []
+    tiers.append((1, overflowed + _step_blew_up(data, direct_nonfinite, t) + direct_nonfinite))
     tiers.append((2, of("loss_scale_too_high") + [f for f in of("learning_rate_too_high") + of("learning_rate_too_low")
                                                    if "learning rate grew" in f.evidence or "fell from" in f.evidence or "never came near" in f.evidence]
                   + _learning_rate(data, findings, curve, t, anomaly_step)))
@@ -116,6 +122,8 @@ def find(data: RunData, findings: list[Finding], curve: LossCurve, t: Thresholds
         tiers.append((6, untrained))
     if small:
         tiers.append((6, small))
+    if head_frozen:
+        tiers.append((6, head_frozen))
     for tier, cands in tiers:
         if not cands:
             continue
@@ -333,6 +341,31 @@ def _frozen_untrained(data: RunData, findings: list[Finding], curve: LossCurve, 
                     f"{numel / total:.0%} of the parameters ({len(names)} weight matrices) are frozen at their initialisation: "
                     "never changed and still at a fresh init's scale, so nothing trained them, here or before; the loss "
                     f"fell only {max(0.0, progress):.0%}", 0.75, None)]
+
+
+def _frozen_output(data: RunData, findings: list[Finding]) -> list[Finding]:
+    """The layer that makes the model's output (the last weight layer the forward runs) is frozen while layers
+    before it train: a backbone is frozen to keep what it learned, a head never is (it must fit the task), so
+    its frozen random weights cap what the trainable layers can reach."""
+    if not any(f.kind == "frozen" for f in findings):
+        return []
+    rank = data.forward_rank()
+    owned: dict[int, list[dict[str, object]]] = {}
+    for p in data.params:
+        if p.get("module_id") is not None and str(p.get("name", "")).endswith("weight"):
+            owned.setdefault(int(p["module_id"]), []).append(p)
+    ran = [mid for mid in owned if data.modules[mid].forward_order is not None]
+    if len(ran) < 2:
+        return []
+    last = max(ran, key=lambda mid: rank[mid])
+    if data.modules[last].type in EMBEDDINGS or any(p.get("trainable") for p in owned[last]):
+        return []
+    if not any(p.get("trainable") and p.get("in_optimizer") for mid in ran if mid != last for p in owned[mid]):
+        return []
+    name = data.modules[last].name
+    return [Finding(name, "frozen", "error",
+                    f"the output layer '{name}' ({data.modules[last].type}) is frozen while the layers before it train: "
+                    "its weights never fit the task, and the rest of the model can only work around them", 0.7, None)]
 
 
 def _stagnation(data: RunData, findings: list[Finding], curve: LossCurve, t: Thresholds) -> list[Finding]:
