@@ -637,7 +637,94 @@ for epoch in range(3):
 print("final", loss.item())
 """
 
+LOG_SOFTMAX_OVER_THE_BATCH = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+torch.manual_seed(0)
+X = torch.randn(1024, 16)
+Y = (X[:, :4].sum(1) > 0).long() + 2 * (X[:, 4:8].sum(1) > 0).long()
+model = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 4))
+opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+for step in range(150):
+    i = (step * 64) % 1024
+    loss = F.nll_loss(F.log_softmax(model(X[i:i + 64]), dim=0), Y[i:i + 64])
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+print("final", loss.item())
+"""
+
+ENCODER_UNDER_NO_GRAD = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+torch.manual_seed(0)
+X = torch.randn(1024, 16)
+Y = (X[:, :4].sum(1) > 0).long() + 2 * (X[:, 4:8].sum(1) > 0).long()
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.encoder = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU())
+        self.head = nn.Linear(64, 4)
+
+    @torch.no_grad()
+    def encode(self, x):
+        return self.encoder(x)
+
+    def forward(self, x):
+        return self.head(self.encode(x))
+
+
+model = Net()
+opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+for step in range(150):
+    i = (step * 64) % 1024
+    loss = F.cross_entropy(model(X[i:i + 64]), Y[i:i + 64])
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+print("final", loss.item())
+"""
+
+ZERO_GRAD_ONCE_AN_EPOCH = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+torch.manual_seed(0)
+X = torch.randn(1024, 16)
+Y = (X[:, :4].sum(1) > 0).long() + 2 * (X[:, 4:8].sum(1) > 0).long()
+
+
+def build_optimizer(net, lr):
+    decay = [p for n, p in net.named_parameters() if n.endswith("weight")]
+    rest = [p for n, p in net.named_parameters() if not n.endswith("weight")]
+    return torch.optim.SGD([{"params": decay, "weight_decay": 1e-4}, {"params": rest}], lr=lr, momentum=0.9)
+
+
+model = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 4))
+optimizer = build_optimizer(model, 0.05)
+for epoch in range(5):
+    optimizer.zero_grad()
+    for i in range(0, 1024, 32):
+        loss = F.cross_entropy(model(X[i:i + 32]), Y[i:i + 32])
+        loss.backward()
+        optimizer.step()
+print("final", loss.item())
+"""
+
 @pytest.mark.parametrize("name,source,fix_id", [
+    # nll_loss given log_softmax over the batch's rows (dim=0): normalised over each row's classes instead
+    ("softmax_dim", LOG_SOFTMAX_OVER_THE_BATCH, "softmax-over-classes"),
+    # the encoder run by a method decorated @torch.no_grad(): the decorator is removed
+    ("no_grad_method", ENCODER_UNDER_NO_GRAD, "remove-no-grad"),
+    # zero_grad once an epoch, with the optimizer made by the script's own factory function
+    ("zero_grad_epoch", ZERO_GRAD_ONCE_AN_EPOCH, "zero-grad-each-step"),
     # a batch's inputs taken by the shuffled index and its labels by the loop's running slice: the labels are
     # taken by the same index
     ("labels_by_slice", LABELS_BY_A_RUNNING_SLICE, "pair-labels-with-inputs"),

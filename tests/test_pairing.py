@@ -43,6 +43,15 @@ FAULTS = {
     # some of a dataset's arrays reordered, the labels not
     "partial": ("user, item, click = load()\norder = torch.randperm(len(user))\nuser, item = user[order], item[order]\n"
                 "ds = TensorDataset(user, item, click)\n", "ds = TensorDataset(user, item, click)"),
+    # a batch sorted by length for packing: the tokens follow the order, the tags do not
+    "sorted_batch": ("def collate(toks, tags, lengths):\n    lengths, order = lengths.sort(descending=True)\n"
+                     "    toks = toks[order]\n    return toks, tags, lengths\n", "    return toks, tags, lengths"),
+    # inputs reordered inside a method chain of the returned tuple
+    "method_chain": ("def make(n):\n    x = torch.rand(n, 3)\n    y = (x.sum(1) > 1.5).long()\n    idx = torch.randperm(n)\n"
+                     "    return x[idx].clamp(0, 1), y\n", "return x[idx].clamp(0, 1), y[idx]"),
+    # one column sorted (for a plot) before the dataset is built from it and its targets
+    "sorted_column": ("x, y = make()\nx = np.sort(x)\nds = TensorDataset(torch.from_numpy(x).unsqueeze(1), torch.from_numpy(y))\n",
+                      "ds = TensorDataset(torch.from_numpy(x).unsqueeze(1), torch.from_numpy(y))"),
     # the targets cut from the same stream as the inputs, shuffled on the way
     "stream": ("xs = ids[:n].view(b, -1)\nys = ids[1:n + 1][torch.randperm(n)].view(b, -1)\n", "ys = ids[1:n + 1].view(b, -1)"),
 }
@@ -56,6 +65,10 @@ def test_each_way_of_taking_labels_apart_is_found_and_repaired(name: str) -> Non
     assert want in out, out
     if name == "partial":
         assert "user[order]" not in out, out
+    if name == "sorted_batch":
+        assert "toks = toks[order]" not in out, out
+    if name == "sorted_column":
+        assert "np.sort" not in out, out
 
 
 MEANT = {
@@ -69,6 +82,9 @@ MEANT = {
     "randint": "labels = torch.randint(0, 4, (n,))\nx_tr, y_tr = x[:800], labels[:800]\n",
     # a truncated-BPTT window: slices over several axes, no shuffled index
     "bptt": "for pos in range(0, n, 16):\n    xb = sx[:, pos:pos + 16]\n    yb = sy[:, pos:pos + 16]\n",
+    # a batch sorted by length with its tags
+    "sorted_together": "def collate(toks, tags, lengths):\n    lengths, order = lengths.sort(descending=True)\n"
+                       "    return toks[order], tags[order], lengths\n",
     # a constant table shuffled once, alone (no array is cut beside it)
     "table": "EFFECT = torch.linspace(-1, 1, 10)[torch.randperm(10)]\n",
 }

@@ -367,8 +367,10 @@ def grads_accumulate(c: Context) -> bool:
 
 @premise
 def zero_grad_misplaced(c: Context) -> bool:
-    """A zero_grad between the backward() and the step() wipes the gradients the step should use, or none in the loop."""
-    return c.script.zero_grad_between_backward_and_step() or not c.script.zero_grad_calls_in_loop()
+    """A zero_grad between the backward() and the step() wipes the gradients the step should use; none in the loop, or
+    only outside the loop that steps, lets them add up."""
+    s = c.script
+    return s.zero_grad_between_backward_and_step() or not s.zero_grad_calls_in_loop() or s.zero_grad_outside_step_loop()
 
 
 @premise
@@ -392,7 +394,7 @@ def detach_in_forward(c: Context) -> bool:
 def no_grad_in_forward(c: Context) -> bool:
     """A no_grad block in the forward, and trainable parameters that never got a gradient (a teacher run under
     no_grad beside its student is not one)."""
-    return bool(c.script.no_grad_blocks()) and bool(c.params(trainable=1, got_grad=0))
+    return bool(c.script.no_grad_blocks() or c.script.no_grad_decorators()) and bool(c.params(trainable=1, got_grad=0))
 
 
 @premise
@@ -457,6 +459,11 @@ def softmax_before_loss(c: Context) -> bool:
 @premise
 def softmax_before_nll(c: Context) -> bool:
     return c.loss_is({"nll_loss", "NLLLoss"}) and bool(sites.output_activations(c, {"softmax", "Softmax"}))
+
+
+@premise
+def softmax_over_batch(c: Context) -> bool:
+    return bool(c.script.softmax_over_batch())
 
 
 @premise

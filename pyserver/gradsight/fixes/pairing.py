@@ -72,7 +72,17 @@ def _perm_names(s: Script) -> set[str]:
             for t, v in pairs:
                 if isinstance(t, ast.Name) and _is_perm(v, out):
                     out.add(t.id)
+                elif (isinstance(t, ast.Tuple) and len(t.elts) == 2 and isinstance(t.elts[1], ast.Name)
+                      and isinstance(v, ast.Call) and short(v.func) == "sort"):
+                    out.add(t.elts[1].id)  # ``values, order = lengths.sort()``: the order is an index
     return out
+
+
+def _core(node: ast.expr) -> ast.expr:
+    """The array an expression takes, through the methods called on it: ``x[idx]`` of ``x[idx].clamp(0, 1).float()``."""
+    while isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and isinstance(node.func.value, (ast.Subscript, ast.Call)):
+        node = node.func.value
+    return node
 
 
 def _is_slice_by_running_bound(node: ast.AST) -> bool:
@@ -98,7 +108,7 @@ def _mixed_tuples(s: Script, perms: set[str]) -> list[Repair]:
     for n in ast.walk(s.tree):
         if not (isinstance(n, (ast.Assign, ast.Return)) and isinstance(n.value, ast.Tuple) and len(n.value.elts) >= 2):
             continue
-        elts = n.value.elts
+        elts = [_core(e) for e in n.value.elts]
         subs = [e for e in elts if isinstance(e, ast.Subscript) and dotted(e.value)]
         calls = [e for e in subs if _perm_call(e.slice)]
         if len(calls) >= 2 and len({s.segment(e.slice) for e in calls}) == 1:
@@ -197,10 +207,13 @@ def _groups(s: Script) -> list[tuple[int, list[str]]]:
     the script, with the scope they are named in."""
     datasets = {c.name for c in ast.walk(s.tree) if isinstance(c, ast.ClassDef)
                 and any("Dataset" in (dotted(b) or "") for b in c.bases)}
+    bound = {x.id for n in ast.walk(s.tree) if isinstance(n, ast.Assign) for t in n.targets for x in ast.walk(t)
+             if isinstance(x, ast.Name)}
     out: list[tuple[int, list[str]]] = []
     for c in s.calls:
         if short(c.func) in GROUPING_CALLS or short(c.func) in datasets:
-            names = [a.id for a in c.args if isinstance(a, ast.Name)]
+            # each argument by the first array it is made from (``torch.from_numpy(x).unsqueeze(1)``: x)
+            names = [n for n in (next((x.id for x in ast.walk(a) if isinstance(x, ast.Name) and x.id in bound), "") for a in c.args) if n]
             if len(names) >= 2:
                 f = s.function_of(c)
                 out.append((id(f) if f is not None else 0, names))
@@ -222,8 +235,10 @@ def _partial_reorders(s: Script, perms: set[str]) -> list[Repair]:
         sc = id(f) if f is not None else 0
         moved: set[Key] = set()
         for t, v in pairs:
-            if not (isinstance(t, ast.Name) and isinstance(v, ast.Subscript) and dotted(v.value) == t.id
-                    and (_perm_call(v.slice) or dotted(v.slice) in perms and dotted(v.slice))):
+            reordered = isinstance(v, ast.Subscript) and (_perm_call(v.slice) or dotted(v.slice) in perms and dotted(v.slice))
+            sorted_ = (isinstance(v, ast.Call) and short(v.func) in ("sort", "sorted") and bool(v.args)
+                       and isinstance(v.args[0], ast.Name) and isinstance(t, ast.Name) and v.args[0].id == t.id)
+            if not (isinstance(t, ast.Name) and (reordered and dotted(v.value) == t.id or sorted_)):  # type: ignore[attr-defined]
                 moved = set()
                 break
             moved.add((sc, t.id) if (sc, t.id) in roots else (0, t.id))
@@ -236,6 +251,25 @@ def _partial_reorders(s: Script, perms: set[str]) -> list[Repair]:
                 names = ", ".join(sorted(k[1] for k in moved))
                 out.append(Repair(n, f"{names} reordered and {', '.join(m for m in g if m not in hit)} not", delete=True))
                 break
+    return out
+
+
+def _lone_sorted_orders(s: Script, perms: set[str]) -> list[Repair]:
+    """``lengths, order = lengths.sort(); toks = toks[order]`` and nothing else taken by that order: the tokens are
+    reordered, their tags are not."""
+    uses: dict[str, int] = {}
+    for n in ast.walk(s.tree):
+        if isinstance(n, ast.Subscript) and dotted(n.slice) in perms:
+            uses[dotted(n.slice)] = uses.get(dotted(n.slice), 0) + 1
+    sorted_orders = {t.elts[1].id for n in ast.walk(s.tree) if isinstance(n, ast.Assign) and len(n.targets) == 1
+                     for t in [n.targets[0]] if isinstance(t, ast.Tuple) and len(t.elts) == 2 and isinstance(t.elts[1], ast.Name)
+                     and isinstance(n.value, ast.Call) and short(n.value.func) == "sort"}
+    out: list[Repair] = []
+    for n in ast.walk(s.tree):
+        if (isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name)
+                and isinstance(n.value, ast.Subscript) and dotted(n.value.value) == n.targets[0].id
+                and dotted(n.value.slice) in sorted_orders and uses.get(dotted(n.value.slice)) == 1):
+            out.append(Repair(n, f"{n.targets[0].id} keeps the order of the arrays it goes with", delete=True))
     return out
 
 
@@ -271,7 +305,8 @@ def repairs(s: Script) -> list[Repair]:
     perms = _perm_names(s)
     out: list[Repair] = []
     seen: set[int] = set()
-    for r in _mixed_tuples(s, perms) + _loop_slices(s, perms) + _partial_reorders(s, perms) + _inline_perms(s):
+    for r in (_mixed_tuples(s, perms) + _loop_slices(s, perms) + _partial_reorders(s, perms) + _inline_perms(s)
+                  + _lone_sorted_orders(s, perms)):
         if id(r.stmt) not in seen:
             seen.add(id(r.stmt))
             out.append(r)

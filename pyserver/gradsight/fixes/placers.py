@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from . import pairing, sites
-from .edits import NoPlace, Patch
+from .edits import Edit, NoPlace, Patch
 from .evidence import Context, broadcasts, class_indices
 from .script import ADAPTIVE, LOW_PRECISION, Script, binds, dotted, functional, kwarg, number, short
 
@@ -529,12 +529,19 @@ def unwrap_detach(c: Context, p: Patch) -> str:
 @placer
 def unwrap_no_grad(c: Context, p: Patch) -> str:
     blocks = c.script.no_grad_blocks()
-    if not blocks:
+    decorators = c.script.no_grad_decorators()
+    if not blocks and not decorators:
         raise NoPlace("no no_grad block in the forward")
     for w in blocks:
         first, last = w.body[0].lineno, w.body[-1].end_lineno or w.body[-1].lineno
         body = textwrap.dedent("\n".join(p.s.lines[first - 1: last]))
         p.replace_stmt(w, body, "the forward runs with autograd on")
+    for d in decorators:
+        line = p.s.lines[d.lineno - 1]
+        pad = line[: len(line) - len(line.lstrip())]
+        was = " ".join(p.s.segment(d).split())
+        p.edits.append(Edit(p.file, d.lineno, (d.end_lineno or d.lineno) + 1,
+                            f"{pad}# gradsight fix '{p.tag}': the method runs with autograd on (removed: @{was})\n"))
     return "the layers in the block get gradients again"
 
 
@@ -645,6 +652,19 @@ def log_softmax_for_nll(c: Context, p: Patch) -> str:
         name = short(k.func)
         p.replace_node(k, src.replace("Softmax(", "LogSoftmax(", 1) if name == "Softmax" else src.replace("softmax(", "log_softmax(", 1))
     return "nll_loss gets log-probabilities"
+
+
+@placer
+def softmax_over_classes(c: Context, p: Patch) -> str:
+    dims = c.script.softmax_over_batch()
+    if not dims:
+        raise NoPlace("no softmax over dim 0")
+    nll = {id(a) for k in c.script.loss_calls() if c.script.loss_name(k) in ("nll_loss", "NLLLoss") and k.args
+           for a in ast.walk(k.args[0])}
+    for d in dims:
+        # straight into nll_loss the classes are dim 1 (an image's pixels too); elsewhere the last dim
+        p.replace_node(d, "1" if id(d) in nll else "-1")
+    return "each row's scores are normalised over its own classes"
 
 
 def _loss_calls(c: Context, names: set[str], observed: set[str] | None = None) -> list[ast.Call]:

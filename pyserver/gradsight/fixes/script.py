@@ -22,13 +22,16 @@ EPOCH_SCHEDULERS = {"StepLR", "MultiStepLR", "ExponentialLR", "CosineAnnealingLR
 CLASSIFICATION_LOSSES = {"cross_entropy", "CrossEntropyLoss", "nll_loss", "NLLLoss"}
 BINARY_LOSSES = {"binary_cross_entropy_with_logits", "BCEWithLogitsLoss", "binary_cross_entropy", "BCELoss"}
 REGRESSION_LOSSES = {"mse_loss", "MSELoss", "l1_loss", "L1Loss", "smooth_l1_loss", "SmoothL1Loss", "huber_loss", "HuberLoss"}
-LOSSES = CLASSIFICATION_LOSSES | BINARY_LOSSES | REGRESSION_LOSSES | {"kl_div", "KLDivLoss"}
+FUNCTIONAL_OWNERS = {"F", "torch", "nn.functional", "torch.nn.functional"}  # where softmax(x, dim) takes the tensor first
+COUNT_LOSSES = {"poisson_nll_loss", "PoissonNLLLoss"}
+LOSSES = CLASSIFICATION_LOSSES | BINARY_LOSSES | REGRESSION_LOSSES | COUNT_LOSSES | {"kl_div", "KLDivLoss"}
 
 
 # the functional name each loss module computes (the runtime's loss observations are named by it)
 FUNCTIONAL = {"MSELoss": "mse_loss", "L1Loss": "l1_loss", "SmoothL1Loss": "smooth_l1_loss", "HuberLoss": "huber_loss",
               "CrossEntropyLoss": "cross_entropy", "NLLLoss": "nll_loss", "BCEWithLogitsLoss": "binary_cross_entropy_with_logits",
-              "BCELoss": "binary_cross_entropy", "KLDivLoss": "kl_div"}
+              "BCELoss": "binary_cross_entropy", "KLDivLoss": "kl_div",
+              "PoissonNLLLoss": "poisson_nll_loss"}
 
 
 def functional(loss: str) -> str:
@@ -185,8 +188,20 @@ class Script:
                               and isinstance(c.func, ast.Attribute) and c.func.attr in ("parameters", "named_parameters") and dotted(c.func.value)]
                     out.append(Optimizer(var, ctor, node.value, node, models))
             elif isinstance(node, ast.Return) and isinstance(node.value, ast.Call) and short(node.value.func) in OPTIMIZERS:
-                # ``return torch.optim.SGD(...)`` in a factory: its settings can be fixed, it has no variable here
-                out.append(Optimizer("", short(node.value.func), node.value, node, []))
+                # ``return torch.optim.SGD(...)`` in a factory: its settings are fixed in the call; the variable is where
+                # the script binds the factory's result (``optimizer = build_optimizer(model)``), and code that uses
+                # the optimizer goes after that binding
+                call = node.value
+                models = [dotted(c.func.value) for c in ast.walk(call) if isinstance(c, ast.Call)
+                          and isinstance(c.func, ast.Attribute) and c.func.attr in ("parameters", "named_parameters") and dotted(c.func.value)]
+                fn = self.function_of(node)
+                bound = [a for a in ast.walk(self.tree) if fn is not None and isinstance(a, ast.Assign) and len(a.targets) == 1
+                         and isinstance(a.value, ast.Call) and dotted(a.value.func) == fn.name and dotted(a.targets[0])]
+                for a in bound:
+                    arg_models = [dotted(x) for x in a.value.args if dotted(x)]  # type: ignore[attr-defined]
+                    out.append(Optimizer(dotted(a.targets[0]), short(call.func), call, a, models or arg_models))
+                if not bound:
+                    out.append(Optimizer("", short(call.func), call, node, []))
         return sorted(out, key=lambda o: (not o.var, o.stmt.lineno))
 
     @cached_property
@@ -570,6 +585,16 @@ class Script:
                 return True
         return False
 
+    def zero_grad_outside_step_loop(self) -> bool:
+        """zero_grad() only outside the loop that steps the optimizer (once an epoch): the steps in between add each
+        batch's gradients to the last ones'."""
+        steps = [st for st in self._step_stmts() if self.in_training(st)]
+        zeros = self.zero_grad_calls_in_loop()
+        if not steps or not zeros:
+            return False
+        around = self.loops_around(steps[0])
+        return bool(around) and not any(self.inside(z, around[-1]) for z in zeros)
+
     def step_before_backward(self) -> ast.stmt | None:
         b = self._backward_stmt()
         if b is None:
@@ -622,6 +647,40 @@ class Script:
                                                in ("no_grad", "inference_mode") for i in n.items):
                 if self._in_forward_path(n) and any(isinstance(x, ast.Call) and short(x.func) not in ("print", "append") for x in ast.walk(n)):
                     out.append(n)
+        return out
+
+    def softmax_over_batch(self) -> list[ast.expr]:
+        """The ``dim=0`` of a (log_)softmax in training code: normalised over the batch's rows, not over each row's
+        classes (a batch-first tensor's dim 0 is its samples)."""
+        out: list[ast.expr] = []
+        for c in self.calls:
+            if short(c.func) not in ("softmax", "log_softmax", "Softmax", "LogSoftmax"):
+                continue
+            k = kwarg(c, "dim")
+            # the dim's place: F.softmax(x, 0) / torch.softmax(x, 0); x.softmax(0) and nn.Softmax(0) take it first
+            functional_call = isinstance(c.func, ast.Attribute) and dotted(c.func.value) in FUNCTIONAL_OWNERS
+            at = 1 if functional_call else 0
+            dim = k.value if k is not None else c.args[at] if len(c.args) > at else None
+            if dim is not None and number(dim) == 0:
+                out.append(dim)
+        return out
+
+    def no_grad_decorators(self) -> list[ast.expr]:
+        """``@torch.no_grad()`` on a model's forward, or on a method of its class that the forward calls."""
+        out: list[ast.expr] = []
+        for cls in ast.walk(self.tree):
+            if not isinstance(cls, ast.ClassDef):
+                continue
+            methods = [f for f in cls.body if isinstance(f, ast.FunctionDef)]
+            forward = next((f for f in methods if f.name == "forward"), None)
+            called = {c.func.attr for c in ast.walk(forward) if isinstance(c, ast.Call) and isinstance(c.func, ast.Attribute)
+                      and dotted(c.func.value) == "self"} if forward is not None else set()
+            for f in methods:
+                if f.name != "forward" and f.name not in called:
+                    continue
+                for d in f.decorator_list:
+                    if short(d.func if isinstance(d, ast.Call) else d) in ("no_grad", "inference_mode"):
+                        out.append(d)
         return out
 
     def freeze_statements(self) -> list[ast.stmt]:
