@@ -53,6 +53,10 @@ CASES = {
     "set_r/f18_pois_shuffle": "rows shuffled apart from their counts under RMSprop at 2e-3: large update ratios of small weights are no high rate",
     "set_r/f26_siren_frozen_out": "the output layer frozen at its init while the layers before it train (0.1% of the model)",
     "set_r/f10_pois_raw_features": "raw features: the Poisson loss overflows on finite outputs at step 0, the input's scale made them",
+    "set_s/h05_ae_sparse_strokes": "healthy: an autoencoder of sparse strokes whose sigmoid saturates on the background while the loss falls 96%",
+    "set_s/h01_wrn_raw_pixels": "healthy: 0-255 pixels into a stem conv whose output goes into GroupNorm",
+    "set_u/f14_ncf_relu_output": "a ReLU on the logit: every gradient is zero from the forward, not lost by the loop",
+    "set_s/f18_ae_scheduler_not_stepped": "a warmup whose scheduler is never stepped: the rate stays 0",
     "set_p/f21_densenet_layer_list": "each dense block keeps its layers in a plain list: named at the blocks, not the model",
 }
 

@@ -221,6 +221,8 @@ class Detector:
                     continue  # judged by dead(), which names them a warning while the loss falls
                 if kind == "vanishing_gradient" and e.step is not None and self.converged(np.array([e.step]), self.t.converged_share)[0]:
                     continue  # the loss is ~0 against its start: nothing is left to learn, so the gradients are small
+                if kind == "vanishing_gradient" and self.steady:
+                    continue  # the loss falls steadily to near its lowest through it: the layer's small gradients did not stop it
                 # zero gradients may be the consequence of dead units further on: not direct evidence
                 self.add(e.module, kind, "error", f"{e.name} trigger at step {e.step}: {e.message}", 0.7, e.step,
                          direct=kind != "dead_units" or "dead" in (e.condition or "") and "grad" not in (e.condition or ""))
@@ -483,7 +485,8 @@ class Detector:
             if fin.sum() and np.median(col[fin]) > self.t.saturation_frac:
                 med = float(np.median(col[fin]))
                 owner = self.producer(i)
-                self.add(self.names[owner], "saturation", "warning",
+                # with the loss falling steadily to near its lowest, a saturated sigmoid is one that fits its targets
+                self.add(self.names[owner], "saturation", "info" if self.steady else "warning",
                          f"{med:.0%} of the inputs of {self.names[i]!r} ({self.types[i]}) are beyond ±{self.t.saturation_level:g}",
                          min(1.0, med), int(steps[np.flatnonzero(fin & (col > self.t.saturation_frac))[0]]))
 
@@ -524,7 +527,14 @@ class Detector:
                 strength = min(1.0, strength + 0.3)
             # weights that grow before a normalisation are SGD's answer to a large rate on a scale-invariant layer
             grew = growth > 3 and self.names[i] not in renormed
-            self.add(self.names[i], "activation_out_of_range", "error" if huge.any() or top > 1000 or grew else "warning",
+            severe = huge.any() or top > 1000 or grew
+            if self.learning_well() and np.isfinite(col).all():
+                # the loss falls steadily below half its start with every output finite: large outputs are how this
+                # model fits (logits pushed far to saturate a sigmoid's background), not a failure
+                self.add(self.names[i], "activation_out_of_range", "info", evidence + "; the loss falls steadily all the while",
+                         0.3, int(steps[j]), weight_growth=growth)
+                continue
+            self.add(self.names[i], "activation_out_of_range", "error" if severe else "warning",
                      evidence, strength, int(steps[j]), weight_growth=growth)
 
     def initialization(self) -> None:
@@ -679,9 +689,15 @@ class Detector:
             self.add("optimizer", "not_updated", "error",
                      f"{said}; {left:,} parameters in {len(unstepped)} modules receive gradients but are never updated", 1.0)
             unstepped = {}
-        for mid, names in unstepped.items():
-            self.add(self.names[mid], "not_updated", "error",
-                     f"{', '.join(names)} receive gradients but no optimizer updates them", 1.0)
+        # named at the highest module left out as a whole (an encoder block, not each of its layers)
+        left_out = _topmost(self.d, {mid: len(v) for mid, v in unstepped.items()}, lambda p: bool(p["trainable"] and p["in_optimizer"]))
+        for top in left_out:
+            name = self.names[top]
+            names = [n for mid, v in unstepped.items() for n in v
+                     if self.names[mid] == name or self.names[mid].startswith(name + ".") or not name]
+            self.add(name, "not_updated", "error",
+                     f"{', '.join(names[:4])}{f' and {len(names) - 4} more' if len(names) > 4 else ''} receive gradients but "
+                     "no optimizer updates them", 1.0)
         for e in self.d.events:
             if e.kind == "warning" and e.name == UNREGISTERED:
                 # layers kept in a plain list or dict: they run and get gradients, but the model does not hold them.
@@ -744,14 +760,14 @@ class Detector:
                 # BN(W s x + b) = BN(W x + b / s): batch statistics undo any scale of the input, for the output and
                 # for W's gradient alike, so the net trains as on scaled inputs
                 self.add("input", "activation_out_of_range", "info",
-                         evidence + f"; the first layer's output goes straight into {absorbed}, whose batch statistics undo "
+                         evidence + f"; the first layer's output goes straight into {absorbed}, whose statistics undo "
                          "the scale", 0.3, int(steps[np.flatnonzero(fin)[0]]))
                 return
             self.add("input", "activation_out_of_range", "error", evidence,
                      _strength(max(med_std / 20, med_mag / 200)), int(steps[np.flatnonzero(fin)[0]]))
 
     def _normalised_after_first_layer(self) -> str:
-        """The BatchNorm that comes right after the model's first weight layer in the forward order ("" when none
+        """The batch or group norm that comes right after the model's first weight layer in the forward order ("" when none
         does): the layer is linear in the input, so the norm's batch statistics cancel the input's scale."""
         names = [m.name for m in self.d.modules]
         rank = self.d.forward_rank()
@@ -761,7 +777,9 @@ class Detector:
         if first is None or first + 1 >= len(leaves):
             return ""
         after = leaves[first + 1]
-        return f"'{after.name}' ({after.type})" if after.type.startswith("BatchNorm") else ""
+        # (a sample's own statistics, GroupNorm's or InstanceNorm's, cancel a scale too; a transformer's LayerNorm
+        # normalises a branch of a residual stream that still carries the raw scale, so it does not)
+        return f"'{after.name}' ({after.type})" if after.type.startswith(("BatchNorm", "GroupNorm", "InstanceNorm")) else ""
 
     def _target_tops(self) -> list[float] | None:
         """Each measured loss call's largest target magnitude, when every one is a regression (else None)."""

@@ -91,7 +91,9 @@ def detect(d: RunData, t: Thresholds, curve: LossCurve, trouble: bool) -> list[F
                                   "output, or cross_entropy on the logits)" if name == "nll_loss" else
                                   "the alignments it sums are not probabilities, so the loss is not a likelihood (log_softmax over "
                                   "the classes first)"), 0.95 if as_probs else 0.85, st))
-        if name in LOGIT_BINARY and probs >= 0.8:
+        # (values that are all exactly 0 are a dead ReLU's, not a sigmoid's, which never reaches 0 or 1)
+        constant_zero = all(c.get("input_min") == 0 and c.get("input_max") == 0 for c in calls)
+        if name in LOGIT_BINARY and probs >= 0.8 and not constant_zero:
             out.append(Finding(kinds.LOSS, kinds.DOUBLE_SIGMOID, "error",
                                f"{name} is given values in [0, 1] (from {min(c['input_min'] for c in calls):.3g} to "
                                f"{max(c['input_max'] for c in calls):.3g}) but applies a sigmoid itself: the output goes "
@@ -163,7 +165,9 @@ def detect(d: RunData, t: Thresholds, curve: LossCurve, trouble: bool) -> list[F
                                    f"{name} is fitted to targets that look like class indices (the integers 0..{k - 1}): a "
                                    "classification trained as regression (use CrossEntropyLoss on logits)", 0.7, st))
         zeros = _share(calls, lambda c: c.get("input_min") == 0 and (c.get("input_zero_frac") or 0) >= 0.3)
-        if zeros >= 0.8 and head is not None:
+        # (a loss that falls most of the way through them: zeros where the targets are zero, a sigmoid's saturated
+        # background, not a dead output)
+        if zeros >= 0.8 and head is not None and _struggles(curve, 0.8):
             frac = float(np.median([c.get("input_zero_frac") or 0 for c in calls]))
             out.append(Finding(head, kinds.DEAD_UNITS, "error",
                                f"{frac:.0%} of the model's outputs given to {name} are exactly 0 and none is negative: the output goes "

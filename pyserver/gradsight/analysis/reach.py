@@ -106,6 +106,25 @@ def _meant_update(d: RunData, i: int) -> float:
     return rate * g / rms
 
 
+def _output_blocked(d: RunData) -> bool:
+    """The model's last modules pass no gradient back: all their units dead (a ReLU on the output) or their sigmoid
+    or tanh saturated. Gradients that are exactly zero everywhere then come from the forward, not from a loop that
+    loses them."""
+    rank = d.forward_rank()
+    ran = sorted((m for m in d.modules if m.forward_order is not None and m.name), key=lambda m: rank[m.id])
+    tail = [m.id for m in ran[-3:]]
+    for kind in ("dead_frac", "sat_frac"):
+        _, mat = d.metric(kind)
+        if not mat.size:
+            continue
+        for i in tail:
+            col = mat[:, i].astype(np.float64)
+            col = col[np.isfinite(col)]
+            if len(col) and float(np.median(col)) >= 0.99:
+                return True
+    return False
+
+
 def detect(d: RunData) -> list[Finding]:
     out: list[Finding] = []
     trainable = _trainable_layers(d)
@@ -121,7 +140,7 @@ def detect(d: RunData) -> list[Finding]:
     never = {i for i, share in got.items() if share == 0.0 and i not in had}
     zero = {i for i, share in nonzero.items() if share == 0.0}
     backward = np.nan_to_num(d.steps.get("n_backward", np.zeros(d.n_steps)), nan=0.0)
-    if (never == set(trainable) or zero == set(trainable)) and float(np.mean(backward >= 1)) >= 0.5:
+    if (never == set(trainable) or (zero == set(trainable) and not _output_blocked(d))) and float(np.mean(backward >= 1)) >= 0.5:
         # backward gives the gradients; the step never sees them: nothing is updated
         out.append(Finding(kinds.OPTIMIZER, kinds.NOT_UPDATED, "error",
                            f"backward() runs at every step, but when optimizer.step() runs no parameter has a gradient "

@@ -96,7 +96,7 @@ def find(data: RunData, findings: list[Finding], curve: LossCurve, t: Thresholds
     tiers.append((1, overflowed + _step_blew_up(data, direct_nonfinite, t) + direct_nonfinite))
     tiers.append((2, of("loss_scale_too_high") + [f for f in of("learning_rate_too_high") + of("learning_rate_too_low")
                                                    if "learning rate grew" in f.evidence or "fell from" in f.evidence or "never came near" in f.evidence]
-                  + _learning_rate(data, findings, curve, t, anomaly_step)))
+                  + _learning_rate(data, findings, curve, t, anomaly_step) + _no_rate(data, curve)))
     forward = (of("attention_collapse") + of("dropout_too_high") + of("activation_out_of_range") + of("poor_initialization")
                + of("activation_out_of_range", "warning"))
     input_first = [f for f in forward if f.module == "input"]
@@ -114,7 +114,7 @@ def find(data: RunData, findings: list[Finding], curve: LossCurve, t: Thresholds
         # from falling (labels with no signal, say): they are not its cause
         first = _first_sampled(data)
         dying = [f for f in dying if f.kind != "dead_units" or f.step is None or first is None or f.step <= first + 1]
-    tiers.append((5, [f for f in dying if f.mechanism] + _through_squashing(data, dying) + dying + of("saturation", None)
+    tiers.append((5, [f for f in dying if f.mechanism] + _through_squashing(data, dying) + dying + [f for f in of("saturation", None) if f.severity != "info"]
                   + of("attention_entropy_collapse")))
     if stuck:
         tiers.append((6, _stagnation(data, findings, curve, t)))
@@ -423,6 +423,17 @@ def _adam_rate_typical(data: RunData, t: Thresholds) -> bool:
     lr = data.steps["lr"]
     return (data.optimizer_type in ADAM_FAMILY and bool(np.isfinite(lr).any())
             and float(np.nanmax(lr)) >= t.adam_lr_typical)
+
+
+def _no_rate(data: RunData, curve: LossCurve) -> list[Finding]:
+    """A rate that stays at ~0 the whole run (a warmup's first factor, 0, never stepped on) while the loss does not
+    fall: nothing else can move the weights, so no symptom downstream (small gradients, say) comes first."""
+    lr = data.steps["lr"]
+    if not curve.not_decreasing or not np.isfinite(lr).any() or float(np.nanmax(lr)) >= 1e-6:
+        return []
+    return [Finding("optimizer", "learning_rate_too_low", "error",
+                    f"the learning rate is at most {float(np.nanmax(lr)):.3g} over the whole run and the loss does not decrease: "
+                    "the optimizer's steps move nothing", 0.9, None)]
 
 
 def _small_steps(data: RunData, curve: LossCurve, t: Thresholds) -> list[Finding]:
