@@ -718,7 +718,86 @@ for epoch in range(5):
 print("final", loss.item())
 """
 
+WARMUP_NEVER_STEPPED = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+torch.manual_seed(0)
+X = torch.randn(1024, 16)
+Y = (X[:, :4].sum(1) > 0).long() + 2 * (X[:, 4:8].sum(1) > 0).long()
+model = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 4))
+opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, s / 20))
+for step in range(150):
+    i = (step * 64) % 1024
+    loss = F.cross_entropy(model(X[i:i + 64]), Y[i:i + 64])
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+print("final", loss.item())
+"""
+
+MODEL_BUILT_AGAIN_AFTER_ITS_SCHEDULE = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+torch.manual_seed(0)
+X = torch.randn(1024, 16)
+Y = X[:, :4].sum(1, keepdim=True)
+model = nn.Sequential(nn.Linear(16, 64), nn.Tanh(), nn.Linear(64, 1))
+opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+sched = torch.optim.lr_scheduler.StepLR(opt, step_size=100, gamma=0.5)
+model = nn.Sequential(nn.Linear(16, 64), nn.Tanh(), nn.Linear(64, 1))
+for step in range(150):
+    i = (step * 64) % 1024
+    loss = F.mse_loss(model(X[i:i + 64]), Y[i:i + 64])
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    sched.step()
+print("final", loss.item())
+"""
+
+SIGMOID_MODULE_ON_A_REGRESSION = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+torch.manual_seed(0)
+X = torch.randn(1024, 16)
+Y = torch.tanh(X[:, :4].sum(1, keepdim=True)) * 2
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 1))
+        self.sigmoid = nn.Sigmoid()
+
+    def forward(self, x):
+        return self.sigmoid(self.body(x))
+
+
+model = Net()
+opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+for step in range(150):
+    i = (step * 64) % 1024
+    loss = F.l1_loss(model(X[i:i + 64]), Y[i:i + 64])
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+print("final", loss.item())
+"""
+
 @pytest.mark.parametrize("name,source,fix_id", [
+    # a warmup whose scheduler is never stepped: the rate stays at its first factor, 0
+    ("warmup_never_stepped", WARMUP_NEVER_STEPPED, "call-scheduler-step"),
+    # the model built again after its optimizer and the scheduler on it: both move after the rebuild
+    ("rebuilt_with_schedule", MODEL_BUILT_AGAIN_AFTER_ITS_SCHEDULE, "rebuild-optimizer-after-model"),
+    # a regression whose forward returns self.sigmoid(...): the module becomes Identity, the call stays
+    ("sigmoid_module", SIGMOID_MODULE_ON_A_REGRESSION, "remove-output-sigmoid-for-regression"),
     # nll_loss given log_softmax over the batch's rows (dim=0): normalised over each row's classes instead
     ("softmax_dim", LOG_SOFTMAX_OVER_THE_BATCH, "softmax-over-classes"),
     # the encoder run by a method decorated @torch.no_grad(): the decorator is removed

@@ -462,6 +462,15 @@ def softmax_before_nll(c: Context) -> bool:
 
 
 @premise
+def scheduler_never_stepped(c: Context) -> bool:
+    """A scheduler built and never stepped, and a rate the run recorded as constant (its first factor)."""
+    lr = c.column("lr")
+    lr = lr[np.isfinite(lr)] if len(lr) else lr
+    flat = bool(len(lr)) and float(lr.max()) <= 1.01 * float(lr.min())
+    return flat and bool(c.script.unstepped_schedulers())
+
+
+@premise
 def softmax_over_batch(c: Context) -> bool:
     return bool(c.script.softmax_over_batch())
 

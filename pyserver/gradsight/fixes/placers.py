@@ -18,7 +18,7 @@ import numpy as np
 from . import pairing, sites
 from .edits import Edit, NoPlace, Patch
 from .evidence import Context, broadcasts, class_indices
-from .script import ADAPTIVE, LOW_PRECISION, Script, binds, dotted, functional, kwarg, number, short
+from .script import ADAPTIVE, EPOCH_SCHEDULERS, LOW_PRECISION, Script, binds, dotted, functional, kwarg, number, short
 
 DEFAULT_LR = {"Adam": 1e-3, "AdamW": 1e-3, "NAdam": 2e-3, "RAdam": 1e-3, "Adamax": 2e-3, "RMSprop": 1e-3, "Adagrad": 1e-2,
               "Adadelta": 1.0, "SparseAdam": 1e-3, "SGD": 1e-2}
@@ -315,6 +315,30 @@ def scheduler_step_per_epoch(c: Context, p: Patch) -> str:
         p.delete_stmt(st, "stepped once an epoch, after the loop over batches")
         p.insert_after(inner, f"{sched.var}.step()", "once an epoch")
     return f"{pairs[0][0].ctor} steps once an epoch, as its step_size / milestones mean"
+
+
+@placer
+def step_scheduler(c: Context, p: Patch) -> str:
+    found = c.script.unstepped_schedulers()
+    if not found:
+        raise NoPlace("every scheduler is stepped")
+    sched = found[0]
+    if sched.ctor == "ReduceLROnPlateau":
+        raise NoPlace("ReduceLROnPlateau steps on a metric the script must choose")
+    s = c.script
+    inner, outer = s.inner_loop, s.loop
+    if sched.ctor in EPOCH_SCHEDULERS and inner is not None and outer is not None and inner is not outer:
+        p.insert_after(inner, f"{sched.var}.step()", "once an epoch")
+        return f"{sched.ctor} steps once an epoch"
+    st = step_stmt(c)
+    block = s.block_of(st) or []
+    at = block.index(st) if st in block else -1
+    after = st
+    nxt = block[at + 1] if 0 <= at < len(block) - 1 else None
+    if isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Call) and short(nxt.value.func) == "update":
+        after = nxt  # (a GradScaler's update belongs with its step)
+    p.insert_after(after, f"{sched.var}.step()", "after each optimizer step")
+    return f"{sched.ctor} steps after each optimizer step: the rate follows its schedule"
 
 
 @placer
@@ -1080,6 +1104,11 @@ def rebuild_optimizer_after_model(c: Context, p: Patch) -> str:
     st = c.script.model_reassigned_after_optimizer()
     if o is None or st is None or c.script.block_of(st) is not c.script.block_of(o.stmt):
         raise NoPlace("the model is not rebuilt after its optimizer in the same block")
-    p.delete_stmt(o.stmt, "built after the model is final")
-    p.insert_after(st, p.s.segment(o.stmt), "the optimizer holds the final model's parameters")
+    # what is built on the optimizer between it and the rebuild (a scheduler) moves with it
+    block = c.script.block_of(o.stmt) or []
+    i, j = block.index(o.stmt), block.index(st)
+    moved = [o.stmt] + [b for b in block[i + 1:j] if o.var and any(isinstance(x, ast.Name) and x.id == o.var.split(".")[0]
+                                                                 for x in ast.walk(b))]
+    p.delete_stmts(moved, "built after the model is final")
+    p.insert_after(st, "\n".join(p.s.segment(b) for b in moved), "the optimizer holds the final model's parameters")
     return "the optimizer is built from the model that trains"

@@ -214,6 +214,10 @@ class Script:
                     out.append(Scheduler(var, ctor, node.value, node))
         return sorted(out, key=lambda s: s.stmt.lineno)
 
+    def unstepped_schedulers(self) -> list[Scheduler]:
+        """Schedulers the script builds and never steps: the rate stays at their first factor (a warmup's 0)."""
+        return [sc for sc in self.schedulers if sc.var and not self.method_calls(sc.var, "step")]
+
     def method_calls(self, owner: str, method: str) -> list[ast.Call]:
         return [c for c in self.calls if isinstance(c.func, ast.Attribute) and c.func.attr == method and dotted(c.func.value) == owner]
 

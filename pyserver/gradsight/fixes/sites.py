@@ -70,6 +70,12 @@ def _loss_inputs(s: Script) -> list[ast.AST]:
     return out
 
 
+def _module_call(k: ast.Call) -> bool:
+    """``self.sigmoid(h)``: a call of the model's own submodule named like the function (its constructor is the fix's
+    place), not the functional ``torch.sigmoid(h)`` or the method ``h.sigmoid()``."""
+    return isinstance(k.func, ast.Attribute) and isinstance(k.func.value, ast.Name) and k.func.value.id == "self"
+
+
 def _output_calls(s: Script, fnames: set[str]) -> list[ast.Call]:
     """Calls of ``fnames`` whose result is what a forward returns, or what the loss is given."""
     out: list[ast.Call] = []
@@ -77,10 +83,11 @@ def _output_calls(s: Script, fnames: set[str]) -> list[ast.Call]:
         for r in [n for n in ast.walk(fn) if isinstance(n, ast.Return) and n.value is not None]:
             # (a forward returning several outputs, ``return boxes, scores.softmax(1)``: each of them)
             for v in r.value.elts if isinstance(r.value, ast.Tuple) else [r.value]:
-                if isinstance(v, ast.Call) and short(v.func) in fnames and (fn.name == "forward" or _returns_model_output(s, fn)):
+                if (isinstance(v, ast.Call) and short(v.func) in fnames and not _module_call(v)
+                        and (fn.name == "forward" or _returns_model_output(s, fn))):
                     out.append(v)
     for e in _loss_inputs(s):
-        if isinstance(e, ast.Call) and short(e.func) in fnames:
+        if isinstance(e, ast.Call) and short(e.func) in fnames and not _module_call(e):
             out.append(e)
     return out
 
