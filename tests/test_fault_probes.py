@@ -57,6 +57,7 @@ CASES = {
     "set_s/h01_wrn_raw_pixels": "healthy: 0-255 pixels into a stem conv whose output goes into GroupNorm",
     "set_u/f14_ncf_relu_output": "a ReLU on the logit: every gradient is zero from the forward, not lost by the loop",
     "set_s/f18_ae_scheduler_not_stepped": "a warmup whose scheduler is never stepped: the rate stays 0",
+    "set_t/f06_gru_frozen_gru": "a from-scratch GRU frozen (74% of the model): named although the loss falls 82% on its random features",
     "set_p/f21_densenet_layer_list": "each dense block keeps its layers in a plain list: named at the blocks, not the model",
 }
 

@@ -76,6 +76,7 @@ class Thresholds:
     dropout_high_attention: float = 0.5  # in a transformer (trained near 0.1), this rate on several layers
     frozen_untrained_share: float = 0.05  # frozen weights at a fresh init holding this share of the model ...
     frozen_untrained_progress: float = 0.6  # ... while the loss falls less than this share of its start
+    frozen_untrained_most: float = 0.5  # frozen at a fresh init and holding this share of the model: named however the loss falls
     # attention
     attention_collapsed_maxprob: float = 0.9  # a head whose largest weight averages above this looks at one key
     attention_collapsed_entropy: float = 0.15  # ... or whose entropy (over log of the keys) is below this

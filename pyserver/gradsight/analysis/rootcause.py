@@ -333,14 +333,16 @@ def _frozen_untrained(data: RunData, findings: list[Finding], curve: LossCurve, 
     total = sum(p["numel"] for p in data.params) or 1
     numel, names = _fresh(data)
     progress = curve.progress
-    if not frozen or numel / total < t.frozen_untrained_share or not progress < t.frozen_untrained_progress:
+    # (most of the model random and frozen is never meant, however far the loss falls on the random features)
+    if not frozen or numel / total < t.frozen_untrained_share or not (
+            progress < t.frozen_untrained_progress or numel / total >= t.frozen_untrained_most):
         return []
     held = [f for f in frozen if any(n.startswith(f.module + ".") for n in names)] or frozen
     biggest = max(held, key=lambda f: next((m.n_params for m in data.modules if m.name == f.module), 0))
     return [Finding(biggest.module, "frozen", "error",
                     f"{numel / total:.0%} of the parameters ({len(names)} weight matrices) are frozen at their initialisation: "
                     "never changed and still at a fresh init's scale, so nothing trained them, here or before; the loss "
-                    f"fell only {max(0.0, progress):.0%}", 0.75, None)]
+                    f"fell {'only ' if progress < t.frozen_untrained_progress else ''}{max(0.0, progress):.0%}", 0.75, None)]
 
 
 def _frozen_output(data: RunData, findings: list[Finding]) -> list[Finding]:
