@@ -444,6 +444,12 @@ def _small_steps(data: RunData, curve: LossCurve, t: Thresholds) -> list[Finding
     when nothing else explains the run (the last tier): a net held back by another fault takes small steps too."""
     if not (curve.progress < t.slow_progress) or not _steady_fall(data):
         return []
+    # and the rate itself is low for its optimizer (below 1e-2 for SGD, 1e-4 for Adam's kind): at a typical rate,
+    # small ratios are scale-invariant weights before a norm, not small steps
+    lr = data.steps["lr"]
+    low = 1e-4 if data.optimizer_type in ADAPTIVE_STEPS else 1e-2
+    if not np.isfinite(lr).any() or float(np.nanmax(lr)) >= low:
+        return []
     _, ur = data.metric("update_ratio")
     layers = data.own_layers()
     if not ur.size or not layers:
