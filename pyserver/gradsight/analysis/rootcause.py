@@ -246,7 +246,8 @@ def _learning_rate(data: RunData, findings: list[Finding], curve: LossCurve, t: 
     # an adaptive optimizer moves each weight by about its rate per step: at a typical rate (<= 1e-2), updates large
     # against the weights say the weights are small, not that the rate is high
     lr = data.steps["lr"]
-    adaptive_typical = (data.optimizer_type in ADAPTIVE_STEPS and bool(np.isfinite(lr).any())
+    # (only for a loss that is merely stuck: a run that spikes or blows up is judged by the rule as before)
+    adaptive_typical = (not trouble and data.optimizer_type in ADAPTIVE_STEPS and bool(np.isfinite(lr).any())
                         and float(np.nanmax(lr)) <= t.adaptive_lr_typical_max)
     stuck = curve.not_decreasing or any(f.kind == "activation_out_of_range" and f.severity == "error" and f.module != "input"
                                         and f.module not in renormed for f in findings)
