@@ -10,7 +10,7 @@ import pytest
 
 from gradsight.analysis.diagnose import SCHEMA
 from gradsight.fixes import library, module_ref
-from gradsight.fixes.script import Script
+from gradsight.script import Script
 
 from .conftest import FAULTS, old_schema_store, run_gradsight, run_that_warned_of_overhead
 

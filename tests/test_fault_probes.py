@@ -59,6 +59,8 @@ CASES = {
     "set_s/f18_ae_scheduler_not_stepped": "a warmup whose scheduler is never stepped: the rate stays 0",
     "set_t/f06_gru_frozen_gru": "a from-scratch GRU frozen (74% of the model): named although the loss falls 82% on its random features",
     "set_p/f21_densenet_layer_list": "each dense block keeps its layers in a plain list: named at the blocks, not the model",
+    "set_t/f25_lstm_zip_loaders": "inputs and targets in two loaders shuffled apart and zipped: the loss still falls 76%, the script shows it",
+    "set_o/f12_gat_labels_shuffled": "node labels shuffled again after the graph and features were made from them",
 }
 
 

@@ -19,7 +19,7 @@ from gradsight.fixes import library, suggest
 from gradsight.fixes.edits import Edit, NoPlace, apply, check
 from gradsight.fixes.evidence import PREMISES, Context, Target
 from gradsight.fixes.placers import module_ref
-from gradsight.fixes.script import Script
+from gradsight.script import Script
 from gradsight.thresholds import Thresholds
 
 from .conftest import run_gradsight

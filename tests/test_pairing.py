@@ -1,4 +1,4 @@
-"""Where a script takes its labels apart from its inputs (``fixes.pairing``), read from the source: each way
+"""Where a script takes its labels apart from its inputs (``gradsight.pairing``), read from the source: each way
 the mistake is written is found and repaired, and the ways the same code is written on purpose are left alone."""
 
 from __future__ import annotations
@@ -7,10 +7,10 @@ import ast
 
 import pytest
 
-from gradsight.fixes import pairing
+from gradsight import pairing
 from gradsight.fixes.edits import Patch, apply
 from gradsight.fixes.placers import delete_lone_permutation
-from gradsight.fixes.script import Script
+from gradsight.script import Script
 
 
 def repaired(source: str) -> str:
@@ -54,6 +54,18 @@ FAULTS = {
                       "ds = TensorDataset(torch.from_numpy(x).unsqueeze(1), torch.from_numpy(y))"),
     # the targets cut from the same stream as the inputs, shuffled on the way
     "stream": ("xs = ids[:n].view(b, -1)\nys = ids[1:n + 1][torch.randperm(n)].view(b, -1)\n", "ys = ids[1:n + 1].view(b, -1)"),
+    # the labels shuffled again after the features were made from them
+    "reshuffled": ("y = torch.arange(n) % 4\nx = centers[y] + torch.randn(n, 8)\ny = y[torch.randperm(n)]\n"
+                   "loss = f(model(x), y)\n", "loss = f(model(x), y)"),
+    # inputs sorted by size after their targets were computed: the targets are not
+    "sorted_after_targets": ("pts, pad = make()\ntarget = spread(pts, pad)\norder = (~pad).sum(1).argsort()\n"
+                             "pts, pad = pts[order], pad[order]\nds = TensorDataset(pts, pad, target)\n",
+                             "ds = TensorDataset(pts, pad, target)"),
+    # inputs and targets in two loaders that shuffle each on its own, zipped
+    "zipped_loaders": ("import torch\nxl = DataLoader(x, batch_size=8, shuffle=True)\nyl = DataLoader(y, batch_size=8, shuffle=True)\n"
+                       "for xb, yb in zip(xl, yl):\n    step(xb, yb)\n",
+                       "xl = DataLoader(torch.utils.data.StackDataset(x, y), batch_size=8, shuffle=True)\n"
+                       "yl = DataLoader(y, batch_size=8, shuffle=True)\nfor xb, yb in xl:"),
 }
 
 
@@ -67,6 +79,8 @@ def test_each_way_of_taking_labels_apart_is_found_and_repaired(name: str) -> Non
         assert "user[order]" not in out, out
     if name == "sorted_batch":
         assert "toks = toks[order]" not in out, out
+    if name in ("reshuffled", "sorted_after_targets"):
+        assert "randperm" not in out and "pts[order]" not in out, out
     if name == "sorted_column":
         assert "np.sort" not in out, out
 
@@ -87,6 +101,14 @@ MEANT = {
                        "    return toks[order], tags[order], lengths\n",
     # a constant table shuffled once, alone (no array is cut beside it)
     "table": "EFFECT = torch.linspace(-1, 1, 10)[torch.randperm(10)]\n",
+    # statistics and a held-out split taken before one joint shuffle of the training arrays
+    "stats_then_shuffle": ("mu, sd = x.mean(0), x.std(0)\nn = len(y)\nx_va, y_va = x[800:], y[800:]\nperm = torch.randperm(800)\n"
+                           "x, y = x[perm], y[perm]\nx = (x - mu) / sd\nval = f(model(x_va), y_va)\nloss = f(model(x), y)\n"),
+    # labels shuffled before anything is made from them
+    "shuffled_first": "y = torch.arange(n) % 4\ny = y[torch.randperm(n)]\nx = centers[y] + torch.randn(n, 8)\n",
+    # two zipped loaders that keep their order
+    "zipped_in_order": ("xl = DataLoader(x, batch_size=8)\nyl = DataLoader(y, batch_size=8)\nfor xb, yb in zip(xl, yl):\n"
+                        "    step(xb, yb)\n"),
 }
 
 

@@ -21,7 +21,7 @@ import numpy as np
 from .. import kinds
 from .. import thresholds as th
 from ..store import NEVER_STEPPED
-from . import attention, lossfit, normeps, optimizer, reach, squashing
+from . import attention, lossfit, normeps, optimizer, reach, scriptcheck, squashing
 from .data import RunData, load
 from .findings import OUTSIDE, Detector, Finding, merge
 from .losscurve import analyse
@@ -54,6 +54,7 @@ def analyse_run(data: RunData, t: th.Thresholds) -> tuple[list[Finding], RootCau
     findings += lossfit.detect(data, t, curve, trouble) + lossfit.dropout(data, t, curve) + squashing.detect(data, t, curve)
     findings += normeps.detect(data, curve)
     findings += attention.detect(data, t, curve)
+    findings += scriptcheck.detect(data, curve.progress)
     findings = merge(findings)
     return findings, find(data, findings, curve, t)
 

@@ -253,10 +253,15 @@ def dropout(d: RunData, t: Thresholds, curve: LossCurve) -> list[Finding]:
     """A dropout rate that drops most units, in a module or called as F.dropout, while training struggles."""
     out: list[Finding] = []
     rates: dict[str, float] = {}
+    attn: dict[str, float] = {}
     for m in d.modules:
         p = (m.config or {}).get("p")
         if m.type.startswith("Dropout") and isinstance(p, (int, float)):
             rates[m.name] = float(p)
+        # nn.MultiheadAttention drops its attention weights inside its own forward (no Dropout module to see)
+        inner = (m.config or {}).get("dropout")
+        if m.type == "MultiheadAttention" and isinstance(inner, (int, float)) and inner > 0:
+            attn[m.name] = float(inner)
     for o in d.observed("dropout"):
         # an F.dropout in a forward is named by the module its output feeds (where its inputs go missing)
         # (called outside any module, in a functional model's forward: the model as a whole)
@@ -264,6 +269,8 @@ def dropout(d: RunData, t: Thresholds, curve: LossCurve) -> list[Finding]:
         where: str = feeds if isinstance(feeds, str) else (o.module if o.module is not None else "")
         if o.data.get("training") and isinstance(o.data.get("p"), (int, float)):
             rates[where] = max(rates.get(where, 0.0), float(o.data["p"]))
+    # (named at the attention only when no Dropout module drops as much: a layer's one rate set for both is the layer's)
+    rates.update({k: v for k, v in attn.items() if all(r < v for r in rates.values())})
     _, mode = d.metric("training")
     # transformers train with dropout near 0.1: at half or more on several of their layers (every sublayer's
     # output, the attention weights) a model that learns slowly is held back by it, though an MLP's 0.5 is classic

@@ -84,7 +84,10 @@ def find(data: RunData, findings: list[Finding], curve: LossCurve, t: Thresholds
         return sorted([f for f in findings if f.kind == kind and (severity is None or f.severity == severity)], key=order)
 
     tiers: list[tuple[int, list[Finding]]] = []
-    tiers.append((0, of("grads_not_zeroed") + of("no_gradient") + of("not_updated") + of("double_softmax") + of("double_sigmoid")
+    # the script's own code taking the labels apart from their inputs (``scriptcheck``): what the loss curve shows
+    # of labels with no signal looks healthy everywhere else
+    unpaired = [f for f in of("loss_not_decreasing") if f.module == "input" and f.mechanism]
+    tiers.append((0, unpaired + of("grads_not_zeroed") + of("no_gradient") + of("not_updated") + of("double_softmax") + of("double_sigmoid")
                   + of("loss_target_mismatch") + of("frozen") + of("gradient_clipping_too_strong") + of("optimizer_eps_too_high")
                   + of("weight_decay_too_high")))
     nonfinite = of("nan_inf")

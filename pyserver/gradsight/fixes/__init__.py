@@ -17,10 +17,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..script import Script
 from .edits import Edit, NoPlace, Patch, apply, check
 from .evidence import PREMISES, Context, Target
 from .placers import PLACERS, is_identifier, module_ref
-from .script import Script
 
 if TYPE_CHECKING:
     from ..analysis.data import RunData

@@ -9,7 +9,7 @@ import builtins
 import textwrap
 from dataclasses import dataclass
 
-from .script import Script, binds
+from ..script import Script, binds
 
 
 class NoPlace(Exception):

@@ -17,13 +17,13 @@ from typing import Any
 
 import numpy as np
 
-from .. import kinds
+from .. import kinds, pairing
 from ..analysis import attention
 from ..analysis.data import RunData
 from ..analysis.findings import Finding
 from ..analysis.rootcause import RootCause
-from . import pairing, sites
-from .script import ADAPTIVE, BINARY_LOSSES, CLASSIFICATION_LOSSES, REGRESSION_LOSSES, Script
+from ..script import ADAPTIVE, BINARY_LOSSES, CLASSIFICATION_LOSSES, REGRESSION_LOSSES, Script
+from . import sites
 
 
 def _finite(a: np.ndarray) -> np.ndarray:

@@ -15,10 +15,11 @@ from typing import Any
 
 import numpy as np
 
-from . import pairing, sites
+from .. import pairing
+from ..script import ADAPTIVE, EPOCH_SCHEDULERS, LOW_PRECISION, Script, binds, dotted, functional, kwarg, number, short
+from . import sites
 from .edits import Edit, NoPlace, Patch
 from .evidence import Context, broadcasts, class_indices
-from .script import ADAPTIVE, EPOCH_SCHEDULERS, LOW_PRECISION, Script, binds, dotted, functional, kwarg, number, short
 
 DEFAULT_LR = {"Adam": 1e-3, "AdamW": 1e-3, "NAdam": 2e-3, "RAdam": 1e-3, "Adamax": 2e-3, "RMSprop": 1e-3, "Adagrad": 1e-2,
               "Adadelta": 1.0, "SparseAdam": 1e-3, "SGD": 1e-2}
@@ -703,7 +704,7 @@ def _loss_calls(c: Context, names: set[str], observed: set[str] | None = None) -
 
 @placer
 def cross_entropy_for_indices(c: Context, p: Patch) -> str:
-    from .script import REGRESSION_LOSSES
+    from ..script import REGRESSION_LOSSES
 
     for k in _loss_calls(c, REGRESSION_LOSSES, {str(o.get("loss")) for o in c.loss_calls if class_indices(o)}):
         pred, target = p.s.segment(k.args[0]), p.s.segment(k.args[1])
@@ -713,7 +714,7 @@ def cross_entropy_for_indices(c: Context, p: Patch) -> str:
 
 @placer
 def binary_targets_to_unit(c: Context, p: Patch) -> str:
-    from .script import BINARY_LOSSES
+    from ..script import BINARY_LOSSES
 
     lo = min((float(o.get("target_min", 0)) for o in c.loss_calls), default=0.0)
     hi = max((float(o.get("target_max", 1)) for o in c.loss_calls), default=1.0)

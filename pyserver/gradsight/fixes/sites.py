@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..script import INPLACE_INIT, Script, dotted, kwarg, number, short
 from ..store import UNREGISTERED
-from .script import INPLACE_INIT, Script, dotted, kwarg, number, short
 
 if TYPE_CHECKING:
     from ..analysis.data import ModuleInfo

@@ -11,8 +11,8 @@ from typing import Any
 import numpy as np
 
 from ..analysis.summary import anomaly_detail
-from ..fixes.script import Script
 from ..kinds import PLACES, label
+from ..script import Script
 from .edits import DID_NOT_HELP, VALIDATED, Placed
 from .runs import RunView
 

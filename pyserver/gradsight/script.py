@@ -1,6 +1,6 @@
 """What a training script is made of, read with ``ast``: its optimizers, schedulers, training loop, loss and
 forward calls, the statements that touch a model's weights. Fixes are placed with these, never with guesses
-about the script's names.
+about the script's names. Standard library only: the analysis reads a script's pairing of labels with it too.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import ast
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from ..kinds import INPUT, LOSS, OPTIMIZER
+from .kinds import INPUT, LOSS, OPTIMIZER
 
 OPTIMIZERS = {"SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "Adadelta", "Adamax", "NAdam", "RAdam", "LBFGS", "SparseAdam", "ASGD",
               "Rprop", "Adafactor", "Lion", "Muon"}

@@ -306,8 +306,156 @@ def repairs(s: Script) -> list[Repair]:
     out: list[Repair] = []
     seen: set[int] = set()
     for r in (_mixed_tuples(s, perms) + _loop_slices(s, perms) + _partial_reorders(s, perms) + _inline_perms(s)
-                  + _lone_sorted_orders(s, perms)):
+                  + _lone_sorted_orders(s, perms) + _reordered_after_use(s, perms) + _zipped_loaders(s)):
         if id(r.stmt) not in seen:
             seen.add(id(r.stmt))
             out.append(r)
     return out
+
+
+# reductions: what they give keeps no row of the array (``mu = x.mean(0)`` is not reordered with ``x``)
+UNALIGNED = {"mean", "std", "var", "sum", "max", "min", "norm", "median", "amax", "amin", "item", "size", "numel", "len",
+             "count_nonzero", "quantile", "nanmean", "unique", "bincount", "shape", "dim", "ndim", "dtype", "device", "float"}
+
+
+def _aligned_uses(s: Script, node: ast.AST, names: set[str]) -> set[str]:
+    """The names of ``names`` that ``node`` reads row by row: not only inside a reduction or a shape."""
+    out: set[str] = set()
+    for x in ast.walk(node):
+        if not (isinstance(x, ast.Name) and x.id in names and isinstance(x.ctx, ast.Load)):
+            continue
+        chain: list[ast.AST] = [x]
+        for a in s.ancestors(x):
+            chain.append(a)
+            if a is node:
+                break
+        reduced = False
+        for inner, outer in zip(chain, chain[1:]):
+            if isinstance(outer, ast.Attribute) and outer.value is inner and outer.attr in UNALIGNED:
+                reduced = True
+            elif isinstance(outer, ast.Call) and inner in outer.args and short(outer.func) in UNALIGNED:
+                reduced = True
+        if not reduced:
+            out.add(x.id)
+    return out
+
+
+def _self_reorder(n: ast.Assign, perms: set[str]) -> tuple[set[str], str] | None:
+    """``a = a[o]`` / ``a, b = a[o], b[o]`` by one order: the names reordered and the order ("" for one drawn inline)."""
+    moved: set[str] = set()
+    orders: set[str] = set()
+    for t, v in _pairs(n):
+        if not (isinstance(t, ast.Name) and isinstance(v, ast.Subscript) and dotted(v.value) == t.id):
+            return None
+        if _perm_call(v.slice):
+            orders.add("")
+        elif dotted(v.slice) in perms and dotted(v.slice):
+            orders.add(dotted(v.slice))
+        else:
+            return None
+        moved.add(t.id)
+    return (moved, next(iter(orders))) if len(orders) == 1 else None
+
+
+def _reordered_after_use(s: Script, perms: set[str]) -> list[Repair]:
+    """``target = f(x)`` and then ``x = x[order]``, with ``target`` and ``x`` used together afterwards: the arrays
+    computed from ``x`` before it was reordered keep the old order (a sort "so that similar sizes are adjacent", a
+    second shuffle of the labels after the features were made from them)."""
+    out: list[Repair] = []
+    scopes: dict[int, list[ast.stmt]] = {}
+    for n in ast.walk(s.tree):
+        if isinstance(n, (ast.Assign, ast.Expr, ast.Return, ast.AugAssign)):
+            f = s.function_of(n)
+            scopes.setdefault(id(f) if f is not None else 0, []).append(n)
+    for stmts in scopes.values():
+        stmts.sort(key=lambda x: (x.lineno, x.col_offset))
+        for n in stmts:
+            if not (isinstance(n, ast.Assign) and len(n.targets) == 1):
+                continue
+            got = _self_reorder(n, perms)
+            if got is None or s.loops_around(n):
+                continue  # (a reorder in a loop runs again before each use: its order is the loop's own)
+            moved, order = got
+            if order:  # every array the same named order takes, wherever in this scope
+                for m in stmts:
+                    other = _self_reorder(m, perms) if isinstance(m, ast.Assign) and len(m.targets) == 1 else None
+                    if other and other[1] == order:
+                        moved |= other[0]
+            line = n.lineno
+            # arrays computed row by row from the moved ones before the reorder, and not reordered themselves
+            stale: set[str] = set()
+            for m in stmts:
+                if m.lineno >= line or not isinstance(m, ast.Assign) or s.loops_around(m):
+                    continue
+                names = {x.id for t in m.targets for x in ast.walk(t) if isinstance(x, ast.Name)}
+                if names & (moved | perms) or not _aligned_uses(s, m.value, moved | stale):
+                    continue
+                stale |= names
+            stale -= moved
+            if not stale:
+                continue
+            # used together afterwards: one statement reads a stale array's descendants and a moved one's
+            later = sorted((m for st in scopes.values() for m in st if m.lineno > line), key=lambda x: x.lineno)
+            new, old = set(moved), set(stale)
+            for m in later:
+                if isinstance(m, ast.Assign):
+                    names = {x.id for t in m.targets for x in ast.walk(t) if isinstance(x, ast.Name)}
+                    a, b = _aligned_uses(s, m.value, new), _aligned_uses(s, m.value, old)
+                    if a and b:
+                        break
+                    if a:
+                        new |= names
+                        old -= names
+                    elif b:
+                        old |= names
+                        new -= names
+                    else:
+                        new -= names
+                        old -= names
+                elif _aligned_uses(s, m, new) and _aligned_uses(s, m, old):
+                    break
+            else:
+                continue
+            out.append(Repair(n, f"{', '.join(sorted(moved))} reordered after {', '.join(sorted(stale))} {'was' if len(stale) == 1 else 'were'} "
+                                 "made from them, and not those", delete=True))
+    return out
+
+
+def _zipped_loaders(s: Script) -> list[Repair]:
+    """``zip(x_loader, y_loader)`` over two loaders that each shuffle on their own: every batch pairs inputs with
+    another batch's labels. The first loader is made to take its datasets together (``StackDataset``, which yields
+    what the zip did) and the loop takes that loader alone."""
+    loaders: dict[str, ast.Call] = {}
+    for n in ast.walk(s.tree):
+        if (isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.targets[0], ast.Name)
+                and isinstance(n.value, ast.Call) and short(n.value.func) == "DataLoader"):
+            loaders[n.targets[0].id] = n.value
+    out: list[Repair] = []
+    for c in s.calls_named("zip"):
+        calls = [a if isinstance(a, ast.Call) and short(a.func) == "DataLoader" else loaders.get(dotted(a)) for a in c.args]
+        if len(calls) < 2 or any(x is None or not x.args for x in calls):
+            continue
+        loaders_ = [x for x in calls if x is not None]
+        if sum(_shuffles(x) for x in loaders_) < 2 or any(kw.arg in ("sampler", "batch_sampler") for x in loaders_ for kw in x.keywords):
+            continue
+        rewrites: list[tuple[ast.AST, str]] = []
+        if _imports_torch(s):
+            first = loaders_[0]
+            stacked = f"torch.utils.data.StackDataset({', '.join(s.segment(x.args[0]) for x in loaders_)})"
+            rewrites.append((first.args[0], stacked))
+            if first is c.args[0]:  # the loader made in the zip itself
+                rewrites = [(c, s.segment(first).replace(s.segment(first.args[0]), stacked, 1))]
+            else:
+                rewrites.append((c, s.segment(c.args[0])))
+        out.append(Repair(s.stmt_of(c), "the zipped loaders become one loader of both", rewrites))
+    return out
+
+
+def _imports_torch(s: Script) -> bool:
+    """``import torch`` at the top level, unrenamed: ``torch.`` names the package in code put into the script."""
+    return any(isinstance(n, ast.Import) and any(a.name == "torch" and not a.asname for a in n.names) for n in s.tree.body)
+
+
+def _shuffles(call: ast.Call) -> bool:
+    kw = next((k for k in call.keywords if k.arg == "shuffle"), None)
+    return kw is not None and not (isinstance(kw.value, ast.Constant) and not kw.value.value)
