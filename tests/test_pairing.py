@@ -61,6 +61,10 @@ FAULTS = {
     "sorted_after_targets": ("pts, pad = make()\ntarget = spread(pts, pad)\norder = (~pad).sum(1).argsort()\n"
                              "pts, pad = pts[order], pad[order]\nds = TensorDataset(pts, pad, target)\n",
                              "ds = TensorDataset(pts, pad, target)"),
+    # a user's item taken by an order drawn on the spot beside the batch's users
+    "column_redrawn": ("def batches(pairs, bs):\n    order = rng.permutation(len(pairs))\n    for i in range(0, len(order), bs):\n"
+                       "        chunk = pairs[order[i:i + bs]]\n        users, pos = chunk[:, 0], pairs[rng.permutation(len(pairs))[:bs], 1]\n"
+                       "        yield users, pos\n", "users, pos = chunk[:, 0], pairs[order[i:i + bs], 1]"),
     # inputs and targets in two loaders that shuffle each on its own, zipped
     "zipped_loaders": ("import torch\nxl = DataLoader(x, batch_size=8, shuffle=True)\nyl = DataLoader(y, batch_size=8, shuffle=True)\n"
                        "for xb, yb in zip(xl, yl):\n    step(xb, yb)\n",
@@ -106,6 +110,9 @@ MEANT = {
                            "x, y = x[perm], y[perm]\nx = (x - mu) / sd\nval = f(model(x_va), y_va)\nloss = f(model(x), y)\n"),
     # labels shuffled before anything is made from them
     "shuffled_first": "y = torch.arange(n) % 4\ny = y[torch.randperm(n)]\nx = centers[y] + torch.randn(n, 8)\n",
+    # negatives drawn at random beside a batch of anchors
+    "negatives": ("for i in range(0, n, bs):\n    batch = emb[order[i:i + bs]]\n"
+                  "    anchor, negative = batch, emb[torch.randperm(n)[:bs]]\n"),
     # two zipped loaders that keep their order
     "zipped_in_order": ("xl = DataLoader(x, batch_size=8)\nyl = DataLoader(y, batch_size=8)\nfor xb, yb in zip(xl, yl):\n"
                         "    step(xb, yb)\n"),

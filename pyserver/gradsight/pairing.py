@@ -306,7 +306,8 @@ def repairs(s: Script) -> list[Repair]:
     out: list[Repair] = []
     seen: set[int] = set()
     for r in (_mixed_tuples(s, perms) + _loop_slices(s, perms) + _partial_reorders(s, perms) + _inline_perms(s)
-                  + _lone_sorted_orders(s, perms) + _reordered_after_use(s, perms) + _zipped_loaders(s)):
+                  + _lone_sorted_orders(s, perms) + _reordered_after_use(s, perms) + _zipped_loaders(s)
+                  + _fresh_beside_taken(s)):
         if id(r.stmt) not in seen:
             seen.add(id(r.stmt))
             out.append(r)
@@ -459,3 +460,43 @@ def _imports_torch(s: Script) -> bool:
 def _shuffles(call: ast.Call) -> bool:
     kw = next((k for k in call.keywords if k.arg == "shuffle"), None)
     return kw is not None and not (isinstance(kw.value, ast.Constant) and not kw.value.value)
+
+
+def _fresh(node: ast.AST) -> bool:
+    """A random order drawn on the spot, or a part of one: ``rng.permutation(n)[:bs]``."""
+    return _perm_call(node) or (isinstance(node, ast.Subscript) and _perm_call(node.value))
+
+
+def _fresh_beside_taken(s: Script) -> list[Repair]:
+    """``users, pos = chunk[:, 0], pairs[rng.permutation(n)[:bs], 1]`` where ``chunk = pairs[order[i:j]]``: two
+    columns of one array, one taken by the batch's order and one by an order drawn on the spot. The second is taken
+    by the batch's order too."""
+    out: list[Repair] = []
+    for n in ast.walk(s.tree):
+        if not (isinstance(n, ast.Assign) and len(n.targets) == 1 and isinstance(n.value, ast.Tuple)):
+            continue
+        elts = [_core(e) for e in n.value.elts]
+        scope = s.function_of(n)
+        for e in elts:
+            if not (isinstance(e, ast.Subscript) and dotted(e.value)):
+                continue
+            # (a column of paired rows: whole rows drawn at random beside a batch are negatives sampled on purpose)
+            if not (isinstance(e.slice, ast.Tuple) and len(e.slice.elts) == 2 and _fresh(e.slice.elts[0])):
+                continue
+            first, column = e.slice.elts
+            base = dotted(e.value)
+            for o in elts:
+                name = dotted(o.value) if isinstance(o, ast.Subscript) else ""
+                if (o is e or not name or name == base or not isinstance(o, ast.Subscript) or not isinstance(o.slice, ast.Tuple)
+                        or len(o.slice.elts) != 2 or s.segment(o.slice.elts[1]) == s.segment(column)):
+                    continue
+                made = [a for a in s.assignments_to(name) if isinstance(a, ast.Assign) and s.function_of(a) is scope
+                        and a.lineno <= n.lineno and isinstance(a.value, ast.Subscript) and dotted(a.value.value) == base]
+                if made and not _fresh(made[-1].value.slice):  # type: ignore[attr-defined]
+                    order = s.segment(made[-1].value.slice)  # type: ignore[attr-defined]
+                    out.append(Repair(n, f"{base} taken by {order} in both", [(first, order)]))
+                    break
+            else:
+                continue
+            break
+    return out
