@@ -56,6 +56,7 @@ class Thresholds:
     # the optimizer's other settings
     adaptive_lr_typical_max: float = 1e-2  # an Adam/RMSprop rate at or below this is a typical one: its steps are ~lr a weight
     slow_progress: float = 0.5  # a loss that falls by less than this share of its start, with tiny steps, learns too slowly
+    target_raw_units: float = 100.0  # regression targets this large (beside outputs 1000x smaller) are in raw units, not scaled
     loss_near_chance: float = 0.85  # a classifier's cross-entropy late in the run above this share of ln(C) learned next to nothing
     label_smoothing_high: float = 0.5  # label smoothing that takes this share from the true class leaves targets nearly uniform
     lr_early_low: float = 0.15  # a gradual schedule below this share of its peak rate ...

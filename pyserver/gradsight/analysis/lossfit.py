@@ -158,6 +158,18 @@ def detect(d: RunData, t: Thresholds, curve: LossCurve, trouble: bool) -> list[F
                                    f"the model's outputs are never below 0{' and never above 1' if unit else ''} "
                                    f"({'a sigmoid' if unit else 'a ReLU'} on the output?), but {name}'s targets go down to "
                                    f"{min(c['target_min'] for c in calls):.3g}: the output cannot reach them", 0.9, st))
+            # targets in raw units (kW, 0-255 pixels) beside outputs that start near 0: the output must grow by orders of
+            # magnitude, and the squared error's huge gradients blow the weights about before it can (the exploding
+            # gradients are its symptom); a net that gets there anyway is left alone
+            c0 = calls[0]
+            reach = max(abs(c0["target_min"]), abs(c0["target_max"])) if c0.get("target_min") is not None else 0.0
+            size = max(abs(c0.get("input_min") or 0.0), abs(c0.get("input_max") or 0.0))
+            if (reach >= t.target_raw_units and reach >= 1000 * max(size, 1e-12) and math.isfinite(curve.progress)
+                    and curve.progress < 0.2):
+                out.append(Finding(kinds.LOSS, kinds.LOSS_TARGET_MISMATCH, "error",
+                                   f"{name}'s targets reach {reach:.4g} while the model's outputs start within {size:.3g}: the "
+                                   "targets are in raw units (standardise them, or scale them to the output's range), and the "
+                                   f"loss fell only {max(0.0, curve.progress):.0%}", 0.85, st))
             indices = _share(calls, lambda c: c.get("target_integral") and c.get("target_min") == 0 and 3 <= (c.get("target_distinct") or 0) <= 20)
             if indices >= 0.8 and _struggles(curve, 0.5):
                 k = max(c.get("target_distinct") or 0 for c in calls)
