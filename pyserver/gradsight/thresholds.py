@@ -68,6 +68,7 @@ class Thresholds:
     eps_over_grad_rms_late: float = 3.0  # ... or this many times the second half's RMS, with the loss still falling at the end
     eps_still_falling: float = 0.9  # the last quarter's median loss below this share of the third's: still falling
     penalty_cos_high: float = 0.9  # cos(gradient, weights) above this in most layers: a weight penalty is all of the gradient
+    coupled_decay_high: float = 0.05  # a coupled (L2) weight decay above typical values (1e-4 to 1e-2)
     weight_shrink_low: float = 0.5  # weights that shrink below this fraction of their start while the loss does not fall
     weight_shrink_decay: float = 0.8  # ... or below this one while the decay alone would take half of them over the run
     coupled_decay_over_grad: float = 0.75  # a coupled decay wd*|W| this size of |g| (or more): the step is mostly decay

@@ -291,8 +291,11 @@ def weight_decay(d: RunData, t: Thresholds, curve: LossCurve) -> list[Finding]:
         # the loss's progress says (a negative log-likelihood has no zero to measure progress against)
         a, b = w[0, layers].astype(np.float64), w[-1, layers].astype(np.float64)
         fin = np.isfinite(a) & np.isfinite(b) & (a > 0)
+        # (only at a decay above what L2 is set to in such optimizers, 1e-4 to 1e-2: 0.1 is AdamW's decoupled value put
+        # into Adam; under Adam a decay a tenth of the gradient already turns a share of each normalised step to 0)
         collapsed = (bool(fin.sum()) and float(np.mean(b[fin] / a[fin] < t.weight_shrink_low)) >= 0.5
-                     and ratio >= t.coupled_decay_over_grad)
+                     and wd >= t.coupled_decay_high
+                     and (ratio >= t.coupled_decay_over_grad or (d.optimizer_type in ADAPTIVE and ratio >= 0.1)))
     # a coupled decay a small part of the gradient at the start, under a loss flat from its first steps: the gradient
     # carried no signal before the decay could shrink anything, and Adam's normalised steps of the decay alone shrink
     # weights whose gradient is ~0 at the rate's full speed, however small the decay (the shrinking is the symptom)
