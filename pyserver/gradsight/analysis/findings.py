@@ -219,6 +219,8 @@ class Detector:
                     continue  # large but healthy: judged by exploding() against the run's own history
                 if kind == "dead_units" and self.steady:
                     continue  # judged by dead(), which names them a warning while the loss falls
+                if kind == "dead_units" and self._flows_after(e.module, e.step):
+                    continue  # zero only until a zero-initialised layer after it moved: nothing in it died
                 if kind == "vanishing_gradient" and e.step is not None and self.converged(np.array([e.step]), self.t.converged_share)[0]:
                     continue  # the loss is ~0 against its start: nothing is left to learn, so the gradients are small
                 if kind == "vanishing_gradient" and self.steady:
@@ -226,6 +228,17 @@ class Detector:
                 # zero gradients may be the consequence of dead units further on: not direct evidence
                 self.add(e.module, kind, "error", f"{e.name} trigger at step {e.step}: {e.message}", 0.7, e.step,
                          direct=kind != "dead_units" or "dead" in (e.condition or "") and "grad" not in (e.condition or ""))
+
+    def _flows_after(self, module: str, step: int | None) -> bool:
+        """The module's gradients, all zero at ``step``, are not zero on every later measured step (a zero-initialised
+        output layer blocks the gradient on the first step only)."""
+        steps, zero = self.d.metric("grad_zero_frac")
+        i = self.d.index.get(module)
+        if step is None or i is None or not zero.size:
+            return False
+        later = zero[steps > step, i]
+        later = later[np.isfinite(later)]
+        return len(later) >= 3 and bool((later < 0.5).all())
 
     def nonfinite(self) -> None:
         """Where non-finite values first appear: the input, a module's output, the loss, or a gradient made in
