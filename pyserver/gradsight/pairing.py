@@ -433,22 +433,21 @@ def _zipped_loaders(s: Script) -> list[Repair]:
             loaders[n.targets[0].id] = n.value
     out: list[Repair] = []
     for c in s.calls_named("zip"):
-        calls = [a if isinstance(a, ast.Call) and short(a.func) == "DataLoader" else loaders.get(dotted(a)) for a in c.args]
-        if len(calls) < 2 or any(x is None or not x.args for x in calls):
+        found = [a if isinstance(a, ast.Call) and short(a.func) == "DataLoader" else loaders.get(dotted(a)) for a in c.args]
+        made = [x for x in found if x is not None and x.args]
+        if len(made) < 2 or len(made) < len(found):
             continue
-        loaders_ = [x for x in calls if x is not None]
-        if sum(_shuffles(x) for x in loaders_) < 2 or any(kw.arg in ("sampler", "batch_sampler") for x in loaders_ for kw in x.keywords):
+        if sum(_shuffles(x) for x in made) < 2 or any(kw.arg in ("sampler", "batch_sampler") for x in made for kw in x.keywords):
             continue
         rewrites: list[tuple[ast.AST, str]] = []
         if _imports_torch(s):
-            first = loaders_[0]
-            stacked = f"torch.utils.data.StackDataset({', '.join(s.segment(x.args[0]) for x in loaders_)})"
-            rewrites.append((first.args[0], stacked))
+            first = made[0]
+            stacked = f"torch.utils.data.StackDataset({', '.join(s.segment(x.args[0]) for x in made)})"
             if first is c.args[0]:  # the loader made in the zip itself
                 rewrites = [(c, s.segment(first).replace(s.segment(first.args[0]), stacked, 1))]
             else:
-                rewrites.append((c, s.segment(c.args[0])))
-        out.append(Repair(s.stmt_of(c), "the zipped loaders become one loader of both", rewrites))
+                rewrites = [(first.args[0], stacked), (c, s.segment(c.args[0]))]
+        out.append(Repair(s.stmt_of(c), "loaders that shuffle each on its own, zipped", rewrites))
     return out
 
 
@@ -494,7 +493,7 @@ def _fresh_beside_taken(s: Script) -> list[Repair]:
                         and a.lineno <= n.lineno and isinstance(a.value, ast.Subscript) and dotted(a.value.value) == base]
                 if made and not _fresh(made[-1].value.slice):  # type: ignore[attr-defined]
                     order = s.segment(made[-1].value.slice)  # type: ignore[attr-defined]
-                    out.append(Repair(n, f"{base} taken by {order} in both", [(first, order)]))
+                    out.append(Repair(n, f"{base} taken by {order} and by an order drawn on the spot", [(first, order)]))
                     break
             else:
                 continue

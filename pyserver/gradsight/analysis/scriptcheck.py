@@ -7,6 +7,7 @@ The script is read as it is now, at the path the run recorded; a script gone or 
 
 from __future__ import annotations
 
+import math
 import os
 
 from .. import kinds
@@ -32,8 +33,8 @@ def detect(data: RunData, progress: float) -> list[Finding]:
     if not found:
         return []
     where = "; ".join(f"line {r.stmt.lineno}: {r.note}" for r in found[:3])
-    learned = progress == progress and progress >= LEARNED
-    return [Finding(kinds.INPUT, kinds.LOSS_NOT_DECREASING, "warning" if learned else "error",
-                    f"the script takes its labels apart from their inputs ({where}), and the loss fell "
-                    f"{max(0.0, progress) if progress == progress else 0.0:.0%}: the labels carry no signal", 0.85, None,
+    fell = max(0.0, progress) if math.isfinite(progress) else 0.0
+    return [Finding(kinds.INPUT, kinds.LOSS_NOT_DECREASING, "warning" if fell >= LEARNED else "error",
+                    f"the script takes its labels apart from their inputs ({where}), and the loss fell {fell:.0%}: the "
+                    "labels carry no signal", 0.85, None,
                     mechanism=True)]
