@@ -4,10 +4,15 @@ the mistake is written is found and repaired, and the ways the same code is writ
 from __future__ import annotations
 
 import ast
+import os
+from pathlib import Path
 
+import numpy as np
 import pytest
 
 from gradsight import pairing
+from gradsight.analysis import scriptcheck
+from gradsight.analysis.data import RunData
 from gradsight.fixes.edits import Patch, apply
 from gradsight.fixes.placers import delete_lone_permutation
 from gradsight.script import Script
@@ -122,3 +127,21 @@ MEANT = {
 @pytest.mark.parametrize("name", sorted(MEANT))
 def test_code_that_means_its_orders_is_left_alone(name: str) -> None:
     assert pairing.repairs(Script(MEANT[name])) == [], name
+
+
+def test_the_script_is_evidence_only_while_it_is_the_one_that_ran(tmp_path: Path) -> None:
+    """A script saved after its run started (a fix applied since) says nothing of that run: the old run's root
+    cause does not move when the user edits the script."""
+    script = tmp_path / "train.py"
+    script.write_text("import torch\n" + FAULTS["two_draws"][0])
+    ran = os.path.getmtime(script) + 1.0  # the run started after the script was saved
+
+    def run(started: float) -> RunData:
+        return RunData(str(tmp_path / "run.db"), {"script": str(script), "started": started}, [], [], {}, {}, [],
+                       (np.zeros(0), np.zeros((0, 5))))
+
+    found = scriptcheck.detect(run(ran), 0.3)
+    assert [(f.module, f.kind, f.severity) for f in found] == [("input", "loss_not_decreasing", "error")]
+    assert "line 2" in found[0].evidence
+    os.utime(script, (ran + 60, ran + 60))  # edited after the run
+    assert scriptcheck.detect(run(ran), 0.3) == []

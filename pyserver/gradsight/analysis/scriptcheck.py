@@ -2,7 +2,9 @@
 from their inputs. A pattern of the code is evidence a loss curve cannot give: labels with no signal train like a
 hard task, the loss falls some (the net memorises) and every gradient looks healthy.
 
-The script is read as it is now, at the path the run recorded; a script gone or changed since reads as what it is.
+The script is read at the path the run recorded, and only while it is the script that ran: one gone, or saved
+after the run started (a fix applied since, say), shows nothing of that run, so its diagnosis rests on what was
+recorded alone and an old run's root cause does not move when its script is edited.
 """
 
 from __future__ import annotations
@@ -24,7 +26,10 @@ def detect(data: RunData, progress: float) -> list[Finding]:
     path = data.run.get("script")
     if not isinstance(path, str) or not path.endswith(".py") or not os.path.isfile(path):
         return []
+    started = data.run.get("started")
     try:
+        if isinstance(started, (int, float)) and os.path.getmtime(path) > started:
+            return []  # changed since it ran: not the code that made this run
         with open(path, encoding="utf-8") as fh:
             source = fh.read()
     except (OSError, UnicodeDecodeError):
