@@ -3,8 +3,8 @@ gradsight switched off, and what the training thread spent (CPU time in user and
 
     OMP_NUM_THREADS=1 python benchmarks/overhead_parts.py [--stack hf|lightning] [--rounds 4] [--off PART,...]
 
-The stacks and blocks are ``overhead_frameworks.py``'s (the same run from the same weights, the order of the
-two modes swapped every other round). ``--off`` takes parts away from the watched blocks (a diagnostic only:
+The stacks, blocks and rounds are ``overhead_frameworks.py``'s (``measure``: the same run from the same weights, the
+order of the two modes swapped every other round). ``--off`` takes parts away from the watched blocks (a diagnostic only:
 such a run is not a working gradsight):
 
 - ``tags``: module outputs' graph nodes are not held (the NaN origin's walk has no marks);
@@ -70,19 +70,20 @@ def main() -> None:
         ap.error(f"--off: unknown part(s) {', '.join(sorted(unknown))}; the parts are {', '.join(PARTS)}")
     switch_off(off)
     title, run = frameworks.hf_stack(16, 64) if args.stack == "hf" else frameworks.lightning_stack(32)
-    watched = "watched" + "".join(f" -{p}" for p in sorted(off))
-    rows: dict[str, list[tuple[float, float, float, float]]] = {"plain": [], watched: []}
+    usage: dict[int, tuple[float, float, float]] = {}  # id(block) -> (minor faults, user ms, system ms) per step
+
+    def counted(steps: int, store: Path | None) -> frameworks.Block:
+        before = resource.getrusage(resource.RUSAGE_THREAD)
+        block = run(steps, store)
+        after = resource.getrusage(resource.RUSAGE_THREAD)
+        usage[id(block)] = ((after.ru_minflt - before.ru_minflt) / steps, (after.ru_utime - before.ru_utime) / steps * 1000,
+                            (after.ru_stime - before.ru_stime) / steps * 1000)
+        return block
+
     with tempfile.TemporaryDirectory() as tmp:
-        run(10, None)  # warm both paths
-        run(10, Path(tmp) / "warm.db")
-        for r in range(args.rounds):
-            for mode in (("plain", watched) if r % 2 == 0 else (watched, "plain")):
-                before = resource.getrusage(resource.RUSAGE_THREAD)
-                block = run(args.steps, None if mode == "plain" else Path(tmp) / f"{r}.db")
-                after = resource.getrusage(resource.RUSAGE_THREAD)
-                rows[mode].append((block.ms_per_step(), (after.ru_minflt - before.ru_minflt) / args.steps,
-                                   (after.ru_utime - before.ru_utime) / args.steps * 1000,
-                                   (after.ru_stime - before.ru_stime) / args.steps * 1000))
+        res = frameworks.measure(counted, args.rounds, args.steps, Path(tmp), args.stack)
+    watched = "watched" + "".join(f" -{p}" for p in sorted(off))
+    rows = {mode: [(b.ms_per_step(), *usage[id(b)]) for b in res[key]] for mode, key in (("plain", "plain"), (watched, "gradsight"))}
     print(f"{title}; {args.rounds} rounds x {args.steps} steps per mode (medians over rounds; per step, the training thread)")
     for mode, values in rows.items():
         ms, faults, user, system = (statistics.median(v[i] for v in values) for i in range(4))

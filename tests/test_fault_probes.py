@@ -60,6 +60,7 @@ CASES = {
     "set_t/f06_gru_frozen_gru": "a from-scratch GRU frozen (74% of the model): named although the loss falls 82% on its random features",
     "set_p/f21_densenet_layer_list": "each dense block keeps its layers in a plain list: named at the blocks, not the model",
     "set_t/f25_lstm_zip_loaders": "inputs and targets in two loaders shuffled apart and zipped: the loss still falls 76%, the script shows it",
+    "set_o/f12_gat_labels_shuffled": "node labels shuffled again after the graph and features were made from them",
     "set_t/f20_lstm_targets_kw": "targets in kW beside outputs near 0: the mismatch, not the exploding gradients it causes",
     "set_u/f24_dyn_weight_decay": "Adam with a coupled decay of 0.1: most weights shrink to an eighth while the loss still falls 94%",
     "set_l/h06_sr_weight_decay": "healthy: Adam with a coupled decay of 0.01 that halves most weights while the loss falls 70%",
